@@ -1,0 +1,43 @@
+"""Framework adapters: one small module per framework, imported only when selected."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Callable, Protocol
+
+# The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+OPS = ("inference", "training", "grad")
+MODULES = {"jax": "experiments.backends.jax_backend", "torch": "experiments.backends.torch_backend"}
+
+
+class Unsupported(Exception):
+    """This combination can't run here; the runner records a skipped op or run with this message."""
+
+
+class DeviceUnavailable(Exception):
+    """The requested device is not visible to the framework; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One prepared op: `fn` does only the work, `sync` waits for all of it."""
+
+    fn: Callable[[], Any]  # one call of the op; returns its whole output pytree; no sync, no host copy
+    sync: Callable[[Any], None]  # blocks until every leaf of an output is computed
+    device: str  # where the outputs of a trial call actually live, e.g. "cpu" or "cuda:0"
+
+
+class Backend(Protocol):
+    def configure(self, precision: str, device: str, tf32: bool) -> str:
+        """Set precision policy and device before any array exists; return the device used ("cpu", "cuda:0")."""
+
+    def prepare(self, spec: Any, op: str, batch: int, compile: bool, seed: int) -> Step:
+        """Build the model from the spec's numpy weights and return the op ready to time."""
+
+    def environment(self) -> dict[str, str]:
+        """Allow-listed versions and device facts of the framework as imported in this process."""
+
+
+def load(framework: str) -> Backend:
+    return import_module(MODULES[framework]).Backend()

@@ -1,0 +1,85 @@
+"""Typed config schema (Hydra ConfigStore), so a misspelled key or option fails at composition."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class Framework(Enum):
+    jax = "jax"
+    torch = "torch"
+
+
+class Precision(Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp64 = "fp64"
+
+
+class Device(Enum):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class Op(Enum):
+    inference = "inference"
+    training = "training"
+    grad = "grad"
+
+
+@dataclass
+class FrameworkConf:
+    name: Framework = MISSING
+    compile: bool = MISSING  # jax: jit (idiomatic default), torch: eager by default
+
+
+@dataclass
+class PrecisionConf:
+    name: Precision = MISSING
+    tf32: bool = False  # fp32 matmuls/convs may use TF32 on GPUs only when asked, on both sides
+
+
+@dataclass
+class BenchConf:
+    warmup_s: float = 0.2
+    min_samples: int = 10
+    max_samples: int = 1000
+    max_time_s: float = 5.0
+    target_rel_ci: float = 0.02
+    min_block_s: float = 0.002
+    timeout_s: float = 300.0  # per point, child start and compile included
+
+
+@dataclass
+class MlflowConf:
+    tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db
+    experiment_name: str = "nnbench"
+
+
+@dataclass
+class RuntimeConf:
+    python: Optional[str] = None  # interpreter of the measuring child; null: the one running the sweep
+
+
+@dataclass
+class Config:
+    framework: FrameworkConf = field(default_factory=FrameworkConf)
+    model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); checked by models.load
+    precision: PrecisionConf = field(default_factory=PrecisionConf)
+    bench: BenchConf = field(default_factory=BenchConf)
+    batch_size: Optional[int] = None  # null: the model's seed lists per op
+    ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])
+    device: Device = Device.auto
+    seed: int = 0
+    mlflow: MlflowConf = field(default_factory=MlflowConf)
+    runtime: RuntimeConf = field(default_factory=RuntimeConf)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="schema", node=Config)

@@ -1,0 +1,203 @@
+"""One Hydra job: check the input, measure its points in a fresh child, keep the results on disk, log them."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+import models
+from experiments import records
+
+log = logging.getLogger("nnbench")
+ROOT = Path(__file__).resolve().parent.parent
+FRAMEWORK_PACKAGES = {"jax": ("jax", "flax", "optax"), "torch": ("torch",)}
+
+
+class BadInput(Exception):
+    """Input the user must fix; shown as one line, nothing is written to the store."""
+
+
+def as_dict(cfg: DictConfig) -> dict:
+    """The resolved job config as plain data, without Hydra's own node."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
+                                  resolve=True, enum_to_str=True)
+
+
+def model_spec(cfg: dict):
+    keys = {k: v for k, v in cfg["model"].items() if k not in ("name", "m")}
+    try:
+        return models.load(cfg["model"]["name"], **keys)
+    except (ValueError, TypeError) as e:
+        raise BadInput(str(e)) from None
+
+
+def interpreter(cfg: dict) -> str:
+    return cfg["runtime"]["python"] or sys.executable
+
+
+def check(cfg: dict) -> None:
+    """Everything that can be known wrong before measuring; raises BadInput naming the fix."""
+    python = interpreter(cfg)
+    if not os.access(python, os.X_OK):
+        raise BadInput(f"runtime.python={python} is not an executable interpreter: give the path of a venv's "
+                       "bin/python, or runtime.python=null")
+    bs = cfg["batch_size"]
+    if bs is not None and bs <= 0:
+        raise BadInput(f"batch_size must be a positive integer (got {bs}): use e.g. batch_size=32, "
+                       "or batch_size=null for the model's seed lists")
+    if not cfg["ops"]:
+        raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
+    fw = cfg["framework"]["name"]
+    missing = [p for p in FRAMEWORK_PACKAGES[fw] if importlib.util.find_spec(p) is None]
+    if missing and python == sys.executable:
+        raise BadInput(f"framework={fw} needs {', '.join(missing)}, not installed for {python}: "
+                       f"pip install {' '.join(missing)} (see README)")
+    model_spec(cfg)
+    if cfg["device"] == "gpu" or python != sys.executable:
+        problem = probe(python, fw, cfg["precision"]["name"], cfg["device"])
+        if problem:
+            raise BadInput(f"{python} cannot measure framework={fw}: {problem}")
+
+
+@functools.cache
+def probe(python: str, framework: str, precision: str, device: str) -> str | None:
+    """Ask a child whether the framework gives this device and precision; None if it does."""
+    r = subprocess.run([python, "-m", "experiments.worker", "--probe", framework, precision, device],
+                       cwd=ROOT, capture_output=True, text=True, env=child_env())
+    if r.returncode == 0:
+        return None
+    return r.stdout.strip() or (r.stderr.strip().splitlines() or [f"probe exited with {r.returncode}"])[-1]
+
+
+def plan(cfg: dict, spec) -> list[dict]:
+    """The points of a job: one per batch size, each with the ops that the seed measures at that size."""
+    ops = list(dict.fromkeys(cfg["ops"]))
+    if cfg["batch_size"] is not None:
+        return [{"batch_size": cfg["batch_size"], "ops": ops}]
+    lists = dict(spec.batch_sizes)
+    if cfg["model"].get("m"):  # matmul_chain: its row count is the batch
+        lists = {op: (cfg["model"]["m"],) if sizes else () for op, sizes in lists.items()}
+    sizes = sorted({b for op in ops for b in lists.get(op, ())})
+    # An op without seed sizes still runs at every size, so its skip reason is recorded, not lost.
+    return [{"batch_size": b, "ops": [op for op in ops if b in lists.get(op, ()) or not lists.get(op)]}
+            for b in sizes]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # never take 75% of a shared GPU
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _exit_reason(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        hint = " (likely out of memory)" if -rc == signal.SIGKILL else ""
+        return f"child killed by {name}{hint}"
+    return f"child exited with code {rc}"
+
+
+def run_child(spec: dict, job_dir: Path, timeout_s: float, python: str = sys.executable) -> list[dict]:
+    """Measure all points, one child at a time; a crash or timeout fails only the point it happened in."""
+    results_path = job_dir / "results.jsonl"
+    results_path.unlink(missing_ok=True)
+    points, out, attempt = spec["points"], [], 0
+    while len(out) < len(points):
+        attempt += 1
+        spec_path = job_dir / f"spec-{attempt}.json"
+        spec_path.write_text(json.dumps({**spec, "points": points[len(out):]}, indent=1))
+        stderr_path = job_dir / f"child-{attempt}.log"
+        before = _count_lines(results_path)
+        with open(stderr_path, "w") as err:
+            proc = subprocess.Popen([python, "-m", "experiments.worker", str(spec_path), str(results_path)],
+                                    cwd=ROOT, env=child_env(), stdout=err, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            reason = _watch(proc, results_path, timeout_s)
+        lines = _read_lines(results_path)[before:]
+        out.extend(lines)
+        if len(out) < len(points):
+            reason = reason or "child ended without a result"
+            tail = stderr_path.read_text(errors="replace")[-3000:]
+            out.append({"batch_size": points[len(out)]["batch_size"], "failed": reason, "stderr_tail": tail,
+                        "stderr_path": str(stderr_path)})
+    return out
+
+
+def _watch(proc: subprocess.Popen, results: Path, timeout_s: float) -> str | None:
+    """Wait for the child; each point gets timeout_s from the end of the previous one."""
+    done, deadline = _count_lines(results), time.monotonic() + timeout_s
+    while True:
+        try:
+            rc = proc.wait(timeout=0.5)
+            return None if rc == 0 else _exit_reason(rc)
+        except subprocess.TimeoutExpired:
+            n = _count_lines(results)
+            if n > done:
+                done, deadline = n, time.monotonic() + timeout_s
+            elif time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
+
+
+def _read_lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _count_lines(path: Path) -> int:
+    return len(_read_lines(path))
+
+
+def run_job(cfg: DictConfig, job_dir: Path, parent_run_id: str | None = None) -> list[records.Record]:
+    """Measure and record every point of the job. Measurement faults become FAILED runs; nothing raises."""
+    c = as_dict(cfg)
+    spec = model_spec(c)
+    points = plan(c, spec)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    child_spec = {"framework": c["framework"]["name"], "compile": c["framework"]["compile"],
+                  "model": {k: v for k, v in c["model"].items() if k != "m"},
+                  "precision": c["precision"]["name"], "tf32": c["precision"]["tf32"],
+                  "device": c["device"], "seed": c["seed"], "bench": c["bench"], "points": points}
+    try:
+        results = run_child(child_spec, job_dir, c["bench"]["timeout_s"], interpreter(c))
+    except Exception:  # a harness bug must not stop the sweep either
+        reason = traceback.format_exc()
+        results = [{"batch_size": p["batch_size"], "failed": "harness error", "stderr_tail": reason} for p in points]
+    recs = [records.build(c, p, r, spec.param_count()) for p, r in zip(points, results)]
+    for rec in recs:
+        rec.save(job_dir / "points" / rec.slug)
+    return recs
+
+
+def summary(rec: records.Record) -> str:
+    """One readable line per point for the console."""
+    if rec.outcome == "failed":
+        return "FAILED: " + rec.tags["failure_reason"].splitlines()[0]
+    parts = []
+    for op in ("inference", "training", "grad"):
+        if f"{op}_median_s" in rec.metrics:
+            m = rec.metrics
+            parts.append(f"{op} {m[f'{op}_median_s'] * 1e3:.3f} ms "
+                         f"[{m[f'{op}_ci95_low_s'] * 1e3:.3f}, {m[f'{op}_ci95_high_s'] * 1e3:.3f}]")
+        elif f"skip_reason_{op}" in rec.tags:
+            parts.append(f"{op} skipped ({rec.tags[f'skip_reason_{op}']})")
+    return "; ".join(parts)
+
+
+def parent_run_id() -> str | None:
+    """Set by the sweep callback so that jobs in any process or host find their parent run."""
+    return os.environ.get("NNBENCH_PARENT_RUN_ID") or None

@@ -1,0 +1,41 @@
+"""Entry point: `python -m experiments.run -m framework=jax,torch model=lenet` (one MLflow run per point)."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from experiments import job
+from experiments.config import register
+
+register()
+log = logging.getLogger("nnbench")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from experiments import tracking  # after Hydra has parsed the command line: mlflow is slow to import
+
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:  # a sweep checked every job before its first one started
+        try:
+            job.check(job.as_dict(cfg))
+        except job.BadInput as e:
+            sys.exit(f"nnbench: error: {e}")
+    uri = tracking.store_uri(cfg.mlflow.tracking_uri)
+    exp_id = tracking.prepare_store(uri, cfg.mlflow.experiment_name)
+    for rec in job.run_job(cfg, Path(hc.runtime.output_dir)):
+        log.info("%s: %s", rec.run_name, job.summary(rec))
+        try:
+            tracking.log_record(uri, exp_id, rec, job.parent_run_id())
+        except Exception as e:  # the record is on disk already; the sweep goes on
+            log.error("could not log %s to %s (%s); it is kept in %s", rec.run_name, uri, e, hc.runtime.output_dir)
+
+
+if __name__ == "__main__":
+    main()

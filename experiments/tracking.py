@@ -1,0 +1,63 @@
+"""The only module that talks to MLflow: store set-up and one run per record."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+import mlflow  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from experiments.records import Record  # noqa: E402
+
+DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+
+
+def store_uri(configured: str | None) -> str:
+    """The config key wins, then $MLFLOW_TRACKING_URI, then the local sqlite store under ./mlruns."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def prepare_store(uri: str, experiment_name: str) -> str:
+    """Create (or migrate) the store and the experiment once, before any job logs (see the sqlite race)."""
+    artifacts = None
+    if uri == DEFAULT_URI:
+        Path("mlruns/artifacts").mkdir(parents=True, exist_ok=True)
+        artifacts = Path("mlruns/artifacts").resolve().as_uri()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment_name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(experiment_name, artifact_location=artifacts)
+    except mlflow.exceptions.MlflowException:  # created meanwhile by another process
+        return client.get_experiment_by_name(experiment_name).experiment_id
+
+
+def log_record(uri: str, experiment_id: str, rec: Record, parent_run_id: str | None = None) -> str:
+    """One MLflow run per point, in a single batch call plus its artifacts; returns the run id."""
+    client = MlflowClient(uri)
+    tags = dict(rec.tags)
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, run_name=rec.run_name, tags={"outcome": rec.outcome})
+    now = int(time.time() * 1000)
+    client.log_batch(run.info.run_id,
+                     metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items()],
+                     params=[Param(k, v[:6000]) for k, v in rec.params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in rec.files.items():
+            Path(tmp, name).write_text(text)
+        client.log_artifacts(run.info.run_id, tmp)
+    client.set_terminated(run.info.run_id, rec.status)
+    return run.info.run_id
+
+
+def run_link(uri: str, experiment_id: str, server: str = "http://127.0.0.1:5000") -> str:
+    """The runs table (MLflow 3 opens experiments in its GenAI view otherwise)."""
+    return f"{server}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"

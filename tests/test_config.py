@@ -1,0 +1,85 @@
+"""Config composition of every option, and the errors for misspellings and bad values."""
+import pytest
+from hydra.errors import ConfigCompositionException, HydraException
+from omegaconf.errors import ValidationError
+
+from experiments import job
+
+GROUPS = {
+    "framework": ["jax", "torch"],
+    "model": ["mlp_relu", "mlp_gelu", "mlp_batchnorm", "lenet", "resnet", "matmul_chain"],
+    "precision": ["fp32", "bf16", "fp16", "fp64"],
+    "bench": ["default", "quick", "thorough"],
+}
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
+def test_every_option_composes(make_cfg, group, option):
+    c = job.as_dict(make_cfg(f"{group}={option}"))
+    if group != "bench":
+        assert c[group]["name"] == option
+    job.check(c)
+
+
+def test_defaults_follow_each_frameworks_idiom(make_cfg):
+    assert make_cfg("framework=jax").framework.compile is True
+    assert make_cfg("framework=torch").framework.compile is False
+    c = job.as_dict(make_cfg())
+    assert c["ops"] == ["inference", "training"] and c["device"] == "auto" and c["batch_size"] is None
+    assert c["precision"] == {"name": "fp32", "tf32": False}
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_device_options(make_cfg, device):
+    assert job.as_dict(make_cfg(f"device={device}"))["device"] == device
+
+
+@pytest.mark.parametrize("override", ["model=lenett", "framework=flax", "precision=fp8", "bench=fast"])
+def test_misspelled_option_fails(make_cfg, override):
+    with pytest.raises(HydraException, match="Could not find|not found"):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override", ["bench.max_tme=1", "framework.compiled=true", "batchsize=4"])
+def test_misspelled_key_fails(make_cfg, override):
+    with pytest.raises(ConfigCompositionException):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override", ["device=gpuu", "ops=[inference,train]", "batch_size=big"])
+def test_bad_value_fails(make_cfg, override):
+    with pytest.raises((ConfigCompositionException, ValidationError)):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("batch_size=0", "batch_size must be a positive integer"),
+    ("batch_size=-3", "batch_size=32"),
+    ("ops=[]", "ops is empty"),
+    ("runtime.python=/nonexistent/python", "not an executable interpreter"),
+])
+def test_check_names_the_fix(make_cfg, override, match):
+    with pytest.raises(job.BadInput, match=match):
+        job.check(job.as_dict(make_cfg(override)))
+
+
+def test_matmul_chain_keys_are_checked(make_cfg):
+    with pytest.raises(job.BadInput):
+        job.check(job.as_dict(make_cfg("model=matmul_chain", "+model.widht=3")))
+
+
+def test_plan_uses_the_seed_lists(make_cfg):
+    c = job.as_dict(make_cfg("model=lenet"))
+    points = job.plan(c, job.model_spec(c))
+    assert [(p["batch_size"], p["ops"]) for p in points] == [
+        (2, ["inference"]), (8, ["inference"]), (32, ["inference", "training"]), (128, ["inference", "training"])]
+
+
+def test_plan_single_batch_size_runs_every_op(make_cfg):
+    c = job.as_dict(make_cfg("model=lenet", "batch_size=4", "ops=[inference,grad]"))
+    assert job.plan(c, job.model_spec(c)) == [{"batch_size": 4, "ops": ["inference", "grad"]}]
+
+
+def test_plan_matmul_chain_batch_is_m_and_keeps_unsupported_ops(make_cfg):
+    c = job.as_dict(make_cfg("model=matmul_chain", "model.m=64"))
+    assert job.plan(c, job.model_spec(c)) == [{"batch_size": 64, "ops": ["inference", "training"]}]
