@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -108,61 +109,73 @@ def _exit_reason(rc: int) -> str:
     return f"child exited with code {rc}"
 
 
-def run_child(spec: dict, job_dir: Path, timeout_s: float, python: str = sys.executable) -> list[dict]:
-    """Measure all points, one child at a time; a crash or timeout fails only the point it happened in."""
+def run_child(spec: dict, job_dir: Path, timeout_s: float, python: str = sys.executable,
+              on_result: Callable[[dict], None] = lambda r: None) -> list[dict]:
+    """Measure all points, one child at a time; a crash or timeout fails only the point it happened in.
+
+    Each result is handed to `on_result` as soon as the child writes it.
+    """
     results_path = job_dir / "results.jsonl"
     results_path.unlink(missing_ok=True)
     points, out, attempt = spec["points"], [], 0
+
+    def take(result: dict) -> None:
+        out.append(result)
+        on_result(result)
+
     while len(out) < len(points):
         attempt += 1
         spec_path = job_dir / f"spec-{attempt}.json"
         spec_path.write_text(json.dumps({**spec, "points": points[len(out):]}, indent=1))
         stderr_path = job_dir / f"child-{attempt}.log"
-        before = _count_lines(results_path)
+        seen = len(_read_lines(results_path))
         with open(stderr_path, "w") as err:
             proc = subprocess.Popen([python, "-m", "experiments.worker", str(spec_path), str(results_path)],
                                     cwd=ROOT, env=child_env(), stdout=err, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            reason = _watch(proc, results_path, timeout_s)
-        lines = _read_lines(results_path)[before:]
-        out.extend(lines)
+            reason = _watch(proc, results_path, seen, timeout_s, take)
         if len(out) < len(points):
-            reason = reason or "child ended without a result"
             tail = stderr_path.read_text(errors="replace")[-3000:]
-            out.append({"batch_size": points[len(out)]["batch_size"], "failed": reason, "stderr_tail": tail,
-                        "stderr_path": str(stderr_path)})
+            take({"batch_size": points[len(out)]["batch_size"], "failed": reason or "child ended without a result",
+                  "stderr_tail": tail})
     return out
 
 
-def _watch(proc: subprocess.Popen, results: Path, timeout_s: float) -> str | None:
-    """Wait for the child; each point gets timeout_s from the end of the previous one."""
-    done, deadline = _count_lines(results), time.monotonic() + timeout_s
+def _watch(proc: subprocess.Popen, results: Path, seen: int, timeout_s: float,
+           take: Callable[[dict], None]) -> str | None:
+    """Pass on new results while the child runs; each point gets timeout_s from the end of the previous one."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             rc = proc.wait(timeout=0.5)
-            return None if rc == 0 else _exit_reason(rc)
         except subprocess.TimeoutExpired:
-            n = _count_lines(results)
-            if n > done:
-                done, deadline = n, time.monotonic() + timeout_s
-            elif time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
+            rc = None
+        lines = _read_lines(results)
+        for line in lines[seen:]:
+            take(line)
+            deadline = time.monotonic() + timeout_s
+        seen = len(lines)
+        if rc is not None:
+            return None if rc == 0 else _exit_reason(rc)
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
 
 
 def _read_lines(path: Path) -> list[dict]:
+    """Complete lines only: the child may be writing the next one."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
 
 
-def _count_lines(path: Path) -> int:
-    return len(_read_lines(path))
+def run_job(cfg: DictConfig, job_dir: Path,
+            on_record: Callable[[records.Record], None] = lambda r: None) -> list[records.Record]:
+    """Measure every point of the job; each record is saved in job_dir, then handed to `on_record`.
 
-
-def run_job(cfg: DictConfig, job_dir: Path, parent_run_id: str | None = None) -> list[records.Record]:
-    """Measure and record every point of the job. Measurement faults become FAILED runs; nothing raises."""
+    Measurement faults become failed records; nothing raises.
+    """
     c = as_dict(cfg)
     spec = model_spec(c)
     points = plan(c, spec)
@@ -172,14 +185,20 @@ def run_job(cfg: DictConfig, job_dir: Path, parent_run_id: str | None = None) ->
                   "model": {k: v for k, v in c["model"].items() if k != "m"},
                   "precision": c["precision"]["name"], "tf32": c["precision"]["tf32"],
                   "device": c["device"], "seed": c["seed"], "bench": c["bench"], "points": points}
+    recs: list[records.Record] = []
+
+    def record(result: dict) -> None:
+        rec = records.build(c, points[len(recs)], result, spec.param_count())
+        rec.save(job_dir / "points" / rec.slug)
+        recs.append(rec)
+        on_record(rec)
+
     try:
-        results = run_child(child_spec, job_dir, c["bench"]["timeout_s"], interpreter(c))
+        run_child(child_spec, job_dir, c["bench"]["timeout_s"], interpreter(c), record)
     except Exception:  # a harness bug must not stop the sweep either
         reason = traceback.format_exc()
-        results = [{"batch_size": p["batch_size"], "failed": "harness error", "stderr_tail": reason} for p in points]
-    recs = [records.build(c, p, r, spec.param_count()) for p, r in zip(points, results)]
-    for rec in recs:
-        rec.save(job_dir / "points" / rec.slug)
+        for p in points[len(recs):]:
+            record({"batch_size": p["batch_size"], "failed": "harness error", "stderr_tail": reason})
     return recs
 
 
@@ -201,3 +220,9 @@ def summary(rec: records.Record) -> str:
 def parent_run_id() -> str | None:
     """Set by the sweep callback so that jobs in any process or host find their parent run."""
     return os.environ.get("NNBENCH_PARENT_RUN_ID") or None
+
+
+def measuring_s(recs: list[records.Record]) -> float:
+    """Time spent inside the timing harness (first calls and warm-up included), from the samples files."""
+    return sum(op["elapsed_s"] for r in recs if "samples.json" in r.files
+               for op in json.loads(r.files["samples.json"]).values())

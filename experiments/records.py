@@ -80,8 +80,7 @@ def build(cfg: dict, point: dict, result: dict, param_count: int) -> Record:
         for op, r in ops.items():
             if r["status"] == "ok":
                 metrics.update({f"{op}_{k}": float(v) for k, v in r["stats"].items()})
-                samples[op] = {"samples_s": r["samples_s"], "block": r["block"], "stop_reason": r["stop_reason"],
-                               "device": r["device"]}
+                samples[op] = {k: r[k] for k in ("samples_s", "block", "stop_reason", "elapsed_s", "device") if k in r}
             else:
                 tags[f"skip_reason_{op}"] = r["reason"][:REASON_CHARS]
         outcome = "ok" if samples else "skipped"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -19,6 +20,7 @@ log = logging.getLogger("nnbench")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    start = time.perf_counter()
     from experiments import tracking  # after Hydra has parsed the command line: mlflow is slow to import
 
     hc = HydraConfig.get()
@@ -29,12 +31,18 @@ def main(cfg: DictConfig) -> None:
             sys.exit(f"nnbench: error: {e}")
     uri = tracking.store_uri(cfg.mlflow.tracking_uri)
     exp_id = tracking.prepare_store(uri, cfg.mlflow.experiment_name)
-    for rec in job.run_job(cfg, Path(hc.runtime.output_dir)):
+
+    def on_record(rec):
         log.info("%s: %s", rec.run_name, job.summary(rec))
         try:
             tracking.log_record(uri, exp_id, rec, job.parent_run_id())
         except Exception as e:  # the record is on disk already; the sweep goes on
             log.error("could not log %s to %s (%s); it is kept in %s", rec.run_name, uri, e, hc.runtime.output_dir)
+
+    recs = job.run_job(cfg, Path(hc.runtime.output_dir), on_record)
+    wall, measuring = time.perf_counter() - start, job.measuring_s(recs)
+    log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", wall, measuring,
+             wall - measuring, len(recs))
 
 
 if __name__ == "__main__":

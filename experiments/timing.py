@@ -31,6 +31,7 @@ class Measurement:
     block: int  # calls per sample
     first_call_s: float  # trace/compile plus the first run
     stop_reason: str  # "ci", "time" or "samples"
+    elapsed_s: float = 0.0  # wall time of the whole measurement, first call and warm-up included
 
 
 def _binom_cdf_table(n: int) -> list[float]:
@@ -86,7 +87,7 @@ def ci_ok(samples: list[float], budget: Budget) -> bool:
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter) -> Measurement:
     """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI or the budget says stop."""
-    t0 = clock()
+    begin = t0 = clock()
     sync(fn())
     first = clock() - t0
 
@@ -117,7 +118,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             reason = "samples"
         else:
             continue
-        return Measurement(samples, block, first, reason)
+        return Measurement(samples, block, first, reason, clock() - begin)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timi
             raise RuntimeError(f"device=gpu but the {op} output lives on {step.device}")
         m = timing.measure(step.fn, step.sync, budget)
         out[op] = {"status": "ok", "device": step.device, "block": m.block, "stop_reason": m.stop_reason,
-                   "samples_s": m.samples_s, "stats": timing.summarize(m, batch).as_dict()}
+                   "elapsed_s": m.elapsed_s, "samples_s": m.samples_s, "stats": timing.summarize(m, batch).as_dict()}
         del step
         gc.collect()
     return out

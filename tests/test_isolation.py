@@ -19,7 +19,7 @@ FAKE = textwrap.dedent("""\
         print("cpu"); sys.exit(0)
     spec = json.load(open(args[2]))
     fault = os.environ["FAKE_FAULT"]
-    if fault != "hang":
+    if fault not in ("hang", "early"):
         p = spec["points"][0]
         line = {{"batch_size": p["batch_size"], "device": "cpu", "environment": {{"torch_version": "0.fake"}},
                 "ops": {{op: {{"status": "ok", "device": "cpu", "block": 1, "stop_reason": "ci",
@@ -31,7 +31,7 @@ FAKE = textwrap.dedent("""\
                         for op in p["ops"]}}}}
         open(args[3], "a").write(json.dumps(line) + "\\n")
     print("about to fail:", fault, flush=True)
-    if fault == "segv":
+    if fault in ("segv", "early"):
         os.kill(os.getpid(), signal.SIGSEGV)
     if fault == "oom":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,85 @@
+"""Self-benchmark of the harness: `python -m experiments.overhead [--sweep]` prints the figures behind its speed goals.
+
+- harness/bare: the same callable timed by `timing.measure` and by a bare perf_counter loop, interleaved
+  in one process (goal: <= 1.02);
+- with --sweep: the README sweep's wall time with bench=quick and bench=default (goals: < 90 s, < 3 min),
+  and each job's fixed cost outside the measuring budget (child start, imports, logging; goal: <= 3 s).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from experiments.timing import Budget, measure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bare_loop(fn, sync, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        sync(fn())
+    return (time.perf_counter() - t0) / calls
+
+
+def harness_ratio(rounds: int = 7) -> tuple[float, float, float]:
+    """Median per-call time by the harness and by a bare loop, interleaved; returns (harness, bare, ratio)."""
+    a = np.random.default_rng(0).random((128, 128), dtype=np.float32)
+
+    def fn():
+        return a @ a
+
+    def sync(_):
+        pass
+
+    budget = Budget(warmup_s=0.1, min_samples=100, max_samples=100, max_time_s=1e9, target_rel_ci=0.0)
+    harness, bare = [], []
+    for _ in range(rounds):
+        m = measure(fn, sync, budget)
+        harness.append(float(np.median(m.samples_s)))
+        bare.append(bare_loop(fn, sync, m.block * len(m.samples_s)))
+    h, b = float(np.median(harness)), float(np.median(bare))
+    return h, b, h / b
+
+
+def sweep(bench: str, workdir: Path) -> tuple[float, list[tuple[float, float, float]]]:
+    """Run the README sweep; return its wall time and each job's (wall, measuring, fixed cost)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = str(ROOT)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", "framework=jax,torch", "model=lenet",
+                        f"bench={bench}"], cwd=workdir, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        sys.exit(r.stderr[-2000:])
+    jobs = re.findall(r"job: ([\d.]+) s wall, ([\d.]+) s measuring, ([\d.]+) s fixed cost", r.stdout + r.stderr)
+    return wall, [tuple(map(float, j)) for j in jobs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="also time the README sweep (several minutes)")
+    args = parser.parse_args()
+    h, b, ratio = harness_ratio()
+    print(f"harness median {h * 1e6:.2f} us, bare loop {b * 1e6:.2f} us: harness/bare = {ratio:.3f} (goal <= 1.02)")
+    if not args.sweep:
+        return
+    for bench, goal in (("quick", 90), ("default", 180)):
+        with tempfile.TemporaryDirectory() as tmp:
+            wall, jobs = sweep(bench, Path(tmp))
+        print(f"README sweep, bench={bench}: {wall:.1f} s wall (goal < {goal} s)")
+        for i, (jw, meas, fixed) in enumerate(jobs):
+            print(f"  job {i}: {jw:.2f} s, measuring {meas:.2f} s, fixed cost {fixed:.2f} s (goal <= 3 s)")
+        print(f"  start-up outside the jobs (Hydra, imports, store, checks): {wall - sum(j[0] for j in jobs):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
