@@ -1,7 +1,11 @@
-"""Hydra callback: before a sweep's first job, check every job's config and create the store once."""
+"""Hydra callback: a sweep checks every job first, opens one parent run, and ends with its report."""
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -10,6 +14,7 @@ from omegaconf import DictConfig
 from experiments import job
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+log = logging.getLogger("nnbench")
 
 
 def job_configs(config: DictConfig) -> list[DictConfig]:
@@ -30,10 +35,37 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from experiments import tracking
 
+        jobs, points = None, None
         if config.hydra.sweeper._target_ == BASIC_SWEEPER:
             try:
-                for cfg in job_configs(config):
-                    job.check(job.as_dict(cfg))
+                cfgs = [job.as_dict(c) for c in job_configs(config)]
+                for c in cfgs:
+                    job.check(c)
             except job.BadInput as e:
                 sys.exit(f"nnbench: error: {e}")
-        tracking.prepare_store(tracking.store_uri(config.mlflow.tracking_uri), config.mlflow.experiment_name)
+            jobs, points = len(cfgs), sum(len(job.plan(c, job.model_spec(c))) for c in cfgs)
+        uri = tracking.store_uri(config.mlflow.tracking_uri)
+        exp_id = tracking.prepare_store(uri, config.mlflow.experiment_name)
+        overrides = " ".join(config.hydra.overrides.task)
+        sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
+        parent = tracking.start_parent(uri, exp_id, f"sweep {Path(sweep_dir).name} · {overrides}",
+                                       {"overrides": overrides, "sweep_dir": sweep_dir, "job_count": jobs,
+                                        "point_count": points})
+        os.environ["NNBENCH_PARENT_RUN_ID"] = parent
+        job.Sweep(Path(sweep_dir)).start(parent_run_id=parent, experiment_id=exp_id, uri=uri, points=points)
+        log.info("sweep: %s jobs, %s points, parent run %s", jobs, points, parent)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from experiments import report, tracking
+
+        state = job.Sweep(Path(config.hydra.sweep.dir)).read()
+        uri, parent = state["uri"], state["parent_run_id"]
+        runs = tracking.search(uri, config.mlflow.experiment_name, f"tags.mlflow.parentRunId = '{parent}'")
+        t = report.tidy(runs)
+        with tempfile.TemporaryDirectory() as tmp:
+            if not t.empty:
+                report.write(t, Path(tmp), config.report.baseline, title=f"nnbench sweep {parent}")
+                print(report.markdown(report.summary(t, config.report.baseline)))
+            tracking.finish_parent(uri, parent, Path(tmp))
+        print(f"\n{len(runs)} runs under parent {parent} in {uri}")
+        print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state['experiment_id'])}")

@@ -6,7 +6,7 @@ from enum import Enum
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 class Framework(Enum):
@@ -68,6 +68,11 @@ class RuntimeConf:
 
 
 @dataclass
+class ReportConf:
+    baseline: str = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
+
+
+@dataclass
 class Config:
     framework: FrameworkConf = field(default_factory=FrameworkConf)
     model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); checked by models.load
@@ -79,7 +84,21 @@ class Config:
     seed: int = 0
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
+    report: ReportConf = field(default_factory=ReportConf)
 
 
 def register() -> None:
     ConfigStore.instance().store(name="schema", node=Config)
+    OmegaConf.register_new_resolver("nnbench.size", size_for_device, replace=True, use_cache=True)
+
+
+def size_for_device(device: Device | str, gpu_size: int, cpu_size: int) -> int:
+    """`${nnbench.size:${device},GPU,CPU}`: a preset's size where it will run (auto: a GPU if nvidia-smi sees one)."""
+    device = getattr(device, "value", device)
+    if device == "auto":
+        import shutil
+        import subprocess
+
+        smi = shutil.which("nvidia-smi")
+        device = "gpu" if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0 else "cpu"
+    return gpu_size if device == "gpu" else cpu_size

@@ -35,7 +35,7 @@ def as_dict(cfg: DictConfig) -> dict:
 
 
 def model_spec(cfg: dict):
-    keys = {k: v for k, v in cfg["model"].items() if k not in ("name", "m")}
+    keys = {k: v for k, v in cfg["model"].items() if k != "name"}
     try:
         return models.load(cfg["model"]["name"], **keys)
     except (ValueError, TypeError) as e:
@@ -85,9 +85,7 @@ def plan(cfg: dict, spec) -> list[dict]:
     ops = list(dict.fromkeys(cfg["ops"]))
     if cfg["batch_size"] is not None:
         return [{"batch_size": cfg["batch_size"], "ops": ops}]
-    lists = dict(spec.batch_sizes)
-    if cfg["model"].get("m"):  # matmul_chain: its row count is the batch
-        lists = {op: (cfg["model"]["m"],) if sizes else () for op, sizes in lists.items()}
+    lists = spec.batch_sizes
     sizes = sorted({b for op in ops for b in lists.get(op, ())})
     # An op without seed sizes still runs at every size, so its skip reason is recorded, not lost.
     return [{"batch_size": b, "ops": [op for op in ops if b in lists.get(op, ()) or not lists.get(op)]}
@@ -171,8 +169,8 @@ def _read_lines(path: Path) -> list[dict]:
 
 
 def run_job(cfg: DictConfig, job_dir: Path,
-            on_record: Callable[[records.Record], None] = lambda r: None) -> list[records.Record]:
-    """Measure every point of the job; each record is saved in job_dir, then handed to `on_record`.
+            on_record: Callable[[records.Record, Path], None] = lambda r, d: None) -> list[records.Record]:
+    """Measure every point of the job; each record is saved in its directory, then handed to `on_record`.
 
     Measurement faults become failed records; nothing raises.
     """
@@ -182,16 +180,21 @@ def run_job(cfg: DictConfig, job_dir: Path,
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     child_spec = {"framework": c["framework"]["name"], "compile": c["framework"]["compile"],
-                  "model": {k: v for k, v in c["model"].items() if k != "m"},
+                  "model": c["model"],
                   "precision": c["precision"]["name"], "tf32": c["precision"]["tf32"],
                   "device": c["device"], "seed": c["seed"], "bench": c["bench"], "points": points}
     recs: list[records.Record] = []
 
     def record(result: dict) -> None:
         rec = records.build(c, points[len(recs)], result, spec.param_count())
-        rec.save(job_dir / "points" / rec.slug)
+        directory = job_dir / "points" / rec.slug
+        rec.save(directory)
+        if "samples.json" in rec.files:
+            from experiments import report  # matplotlib: only once there is something to draw
+
+            report.plot_samples(json.loads(rec.files["samples.json"]), directory / "samples.png")
         recs.append(rec)
-        on_record(rec)
+        on_record(rec, directory)
 
     try:
         run_child(child_spec, job_dir, c["bench"]["timeout_s"], interpreter(c), record)
@@ -217,9 +220,34 @@ def summary(rec: records.Record) -> str:
     return "; ".join(parts)
 
 
-def parent_run_id() -> str | None:
-    """Set by the sweep callback so that jobs in any process or host find their parent run."""
-    return os.environ.get("NNBENCH_PARENT_RUN_ID") or None
+class Sweep:
+    """What a sweep's jobs share, through a file in the sweep dir: works with any launcher, on any host."""
+
+    def __init__(self, directory: Path):
+        self.state = directory / "nnbench-sweep.json"
+        self.progress = directory / "nnbench-progress.log"
+
+    def start(self, **state) -> None:
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        self.state.write_text(json.dumps({"start": time.time(), **state}))
+        self.progress.write_text("")
+
+    def read(self) -> dict:
+        return json.loads(self.state.read_text()) if self.state.exists() else {}
+
+    def tick(self) -> str:
+        """Count one finished point; '[done/total, ETA]' for the console."""
+        with open(self.progress, "a") as f:
+            f.write(".")
+        state, done = self.read(), self.progress.stat().st_size
+        total = state.get("points", done)
+        eta = (time.time() - state.get("start", time.time())) / done * max(total - done, 0)
+        return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"
+
+
+def parent_run_id(sweep: Sweep | None) -> str | None:
+    """The sweep's parent run: from the sweep dir, else from the environment (hosts without a shared disk)."""
+    return (sweep.read().get("parent_run_id") if sweep else None) or os.environ.get("NNBENCH_PARENT_RUN_ID")
 
 
 def measuring_s(recs: list[records.Record]) -> float:

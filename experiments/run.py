@@ -20,26 +20,30 @@ log = logging.getLogger("nnbench")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    start = time.perf_counter()
+    start, hc = time.perf_counter(), HydraConfig.get()
     from experiments import tracking  # after Hydra has parsed the command line: mlflow is slow to import
 
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:  # a sweep checked every job before its first one started
+    out = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:  # the sweep callback checked every job and counted the points
+        sweep = job.Sweep(Path(hc.sweep.dir))
+    else:
         try:
-            job.check(job.as_dict(cfg))
+            job.check(c := job.as_dict(cfg))
         except job.BadInput as e:
             sys.exit(f"nnbench: error: {e}")
+        sweep = job.Sweep(out)
+        sweep.start(points=len(job.plan(c, job.model_spec(c))))
     uri = tracking.store_uri(cfg.mlflow.tracking_uri)
     exp_id = tracking.prepare_store(uri, cfg.mlflow.experiment_name)
 
-    def on_record(rec):
-        log.info("%s: %s", rec.run_name, job.summary(rec))
+    def on_record(rec, directory):
+        log.info("%s %s: %s", sweep.tick(), rec.run_name, job.summary(rec))
         try:
-            tracking.log_record(uri, exp_id, rec, job.parent_run_id())
+            tracking.log_record(uri, exp_id, rec, directory, job.parent_run_id(sweep))
         except Exception as e:  # the record is on disk already; the sweep goes on
-            log.error("could not log %s to %s (%s); it is kept in %s", rec.run_name, uri, e, hc.runtime.output_dir)
+            log.error("could not log %s to %s (%s); it is kept in %s", rec.run_name, uri, e, directory)
 
-    recs = job.run_job(cfg, Path(hc.runtime.output_dir), on_record)
+    recs = job.run_job(cfg, out, on_record)
     wall, measuring = time.perf_counter() - start, job.measuring_s(recs)
     log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", wall, measuring,
              wall - measuring, len(recs))

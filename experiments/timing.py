@@ -85,11 +85,17 @@ def ci_ok(samples: list[float], budget: Budget) -> bool:
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
-            clock: Clock = time.perf_counter) -> Measurement:
-    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI or the budget says stop."""
+            clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None) -> Measurement:
+    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI or the budget says stop.
+
+    `inspect` sees the first output, untimed (the worker checks which device it lives on).
+    """
     begin = t0 = clock()
-    sync(fn())
+    out = fn()
+    sync(out)
     first = clock() - t0
+    inspect(out)
+    del out
 
     # Warm-up doubles as the estimate of one call, which sets the block length.
     calls, t0 = 0, clock()

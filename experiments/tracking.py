@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,26 +37,51 @@ def prepare_store(uri: str, experiment_name: str) -> str:
         return client.get_experiment_by_name(experiment_name).experiment_id
 
 
-def log_record(uri: str, experiment_id: str, rec: Record, parent_run_id: str | None = None) -> str:
-    """One MLflow run per point, in a single batch call plus its artifacts; returns the run id."""
+def log_record(uri: str, experiment_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None) -> str:
+    """One MLflow run per point, in a single batch call plus the point's directory; returns the run id."""
     client = MlflowClient(uri)
     tags = dict(rec.tags)
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     run = client.create_run(experiment_id, run_name=rec.run_name, tags={"outcome": rec.outcome})
-    now = int(time.time() * 1000)
-    client.log_batch(run.info.run_id,
-                     metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items()],
-                     params=[Param(k, v[:6000]) for k, v in rec.params.items()],
-                     tags=[RunTag(k, v) for k, v in tags.items()])
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in rec.files.items():
-            Path(tmp, name).write_text(text)
-        client.log_artifacts(run.info.run_id, tmp)
+    try:
+        now = int(time.time() * 1000)
+        client.log_batch(run.info.run_id,
+                         metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items()],
+                         params=[Param(k, v[:6000]) for k, v in rec.params.items()],
+                         tags=[RunTag(k, v) for k, v in tags.items()])
+        client.log_artifacts(run.info.run_id, str(artifacts))
+    except Exception:
+        client.set_terminated(run.info.run_id, "FAILED")  # never leave a half-logged run RUNNING
+        raise
     client.set_terminated(run.info.run_id, rec.status)
     return run.info.run_id
 
 
-def run_link(uri: str, experiment_id: str, server: str = "http://127.0.0.1:5000") -> str:
+def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]) -> str:
+    """The parent run that groups a sweep's points."""
+    client = MlflowClient(uri)
+    run = client.create_run(experiment_id, run_name=name, tags={"nnbench.sweep": "true"})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    return run.info.run_id
+
+
+def finish_parent(uri: str, run_id: str, artifacts: Path | None) -> None:
+    client = MlflowClient(uri)
+    if artifacts is not None:
+        client.log_artifacts(run_id, str(artifacts))
+    client.set_terminated(run_id, "FINISHED")
+
+
+def run_link(experiment_id: str, server: str = "http://127.0.0.1:5000") -> str:
     """The runs table (MLflow 3 opens experiments in its GenAI view otherwise)."""
     return f"{server}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def search(uri: str, experiment_name: str, filter_string: str = ""):
+    """Runs of the experiment matching an MLflow filter, as a pandas DataFrame (one row per run)."""
+    mlflow.set_tracking_uri(uri)
+    if MlflowClient(uri).get_experiment_by_name(experiment_name) is None:
+        raise LookupError(f"no experiment {experiment_name!r} in {uri}")
+    return mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
+                              output_format="pandas", max_results=50_000)

@@ -17,7 +17,15 @@ from experiments.backends import DeviceUnavailable, Unsupported, load
 from experiments.environment import host_record
 
 
-def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timing.Budget) -> dict:
+def check_device(step, out, configured: str) -> str:
+    """The device the output lives on; a silent fallback to another device is an error, not a result."""
+    actual = step.device_of(out)
+    if actual.split(":")[0] != configured.split(":")[0]:
+        raise RuntimeError(f"outputs live on {actual}, not on the configured {configured}")
+    return actual
+
+
+def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timing.Budget, device: str) -> dict:
     out: dict[str, dict] = {}
     for op in ops:
         try:
@@ -25,10 +33,9 @@ def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timi
         except Unsupported as e:
             out[op] = {"status": "skipped", "reason": str(e)}
             continue
-        if spec["device"] == "gpu" and not step.device.startswith("cuda"):
-            raise RuntimeError(f"device=gpu but the {op} output lives on {step.device}")
-        m = timing.measure(step.fn, step.sync, budget)
-        out[op] = {"status": "ok", "device": step.device, "block": m.block, "stop_reason": m.stop_reason,
+        seen: list[str] = []
+        m = timing.measure(step.fn, step.sync, budget, inspect=lambda o: seen.append(check_device(step, o, device)))
+        out[op] = {"status": "ok", "device": seen[0], "block": m.block, "stop_reason": m.stop_reason,
                    "elapsed_s": m.elapsed_s, "samples_s": m.samples_s, "stats": timing.summarize(m, batch).as_dict()}
         del step
         gc.collect()
@@ -57,7 +64,7 @@ def main(spec_path: str, results_path: str) -> int:
             if skip:
                 ops = {op: {"status": "skipped", "reason": skip} for op in point["ops"]}
             else:
-                ops = measure_point(backend, spec, model, point["batch_size"], point["ops"], budget)
+                ops = measure_point(backend, spec, model, point["batch_size"], point["ops"], budget, device)
             line = {"batch_size": point["batch_size"], "device": device, "environment": env, "ops": ops}
             f.write(json.dumps(line) + "\n")
             f.flush()

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -25,9 +26,12 @@ def run(args, cwd, **extra_env):
                           capture_output=True, text=True, timeout=600)
 
 
-def runs(uri):
+def runs(uri, parents=False):
+    """The point runs (or only the sweeps' parent runs) of the nnbench experiment."""
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=["nnbench"])
+    df = mlflow.search_runs(experiment_names=["nnbench"])
+    is_parent = df.get("tags.nnbench.sweep", pd.Series("", index=df.index)).eq("true")
+    return df[is_parent] if parents else df[~is_parent]
 
 
 @pytest.mark.slow

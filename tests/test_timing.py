@@ -133,3 +133,22 @@ def test_sync_work_is_inside_the_timed_region():
     m = measure(fn, sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock)
     assert np.median(m.samples_s) == pytest.approx(0.003)
     assert m.first_call_s == pytest.approx(0.003)
+
+
+def test_inspect_sees_the_first_output_outside_the_timing():
+    clock = FakeClock()
+    calls = iter(range(1_000_000))
+
+    def fn():
+        clock.t += 0.001
+        return next(calls)
+
+    seen = []
+
+    def inspect(out):
+        seen.append(out)
+        clock.t += 5.0  # a slow check must not count as the first call or as a sample
+
+    m = measure(fn, noop_sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
+    assert seen == [0]
+    assert m.first_call_s == pytest.approx(0.001) and max(m.samples_s) == pytest.approx(0.001)

@@ -25,7 +25,7 @@ class Step:
 
     fn: Callable[[], Any]  # one call of the op; returns its whole output pytree; no sync, no host copy
     sync: Callable[[Any], None]  # blocks until every leaf of an output is computed
-    device: str  # where the outputs of a trial call actually live, e.g. "cpu" or "cuda:0"
+    device_of: Callable[[Any], str]  # where an output actually lives, e.g. "cpu" or "cuda:0"
 
 
 class Backend(Protocol):
@@ -33,7 +33,8 @@ class Backend(Protocol):
         """Set precision policy and device before any array exists; return the device used ("cpu", "cuda:0")."""
 
     def prepare(self, spec: Any, op: str, batch: int, compile: bool, seed: int) -> Step:
-        """Build the model from the spec's numpy weights and return the op ready to time."""
+        """Build the model from the spec's numpy weights and return the op ready to time, not yet called
+        (its first call, with the trace or compile, is timed apart)."""
 
     def environment(self) -> dict[str, str]:
         """Allow-listed versions and device facts of the framework as imported in this process."""

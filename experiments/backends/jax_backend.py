@@ -1,0 +1,234 @@
+"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights.
+
+compile=True: `nnx.split` once, then `jax.jit` of pure functions of the state (graphdef closed over, training state
+donated, Adam as plain optax on the split params); compile=False: the same functions, eager, op by op.
+"""
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import flax
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import optax
+from flax import nnx
+
+from experiments.backends import DTYPES, OPS, DeviceUnavailable, Step, Unsupported
+from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
+                    Residual)
+
+ACTS = {"relu": jax.nn.relu, "gelu_tanh": partial(jax.nn.gelu, approximate=True)}
+
+
+class Const(nnx.Variable):
+    """matmul_chain's weights: neither trained nor differentiated (seed 004 takes the grad w.r.t. x)."""
+
+
+class ResidualBlock(nnx.Module):
+    def __init__(self, body: nnx.Sequential):
+        self.body = body
+
+    def __call__(self, x):
+        return x + self.body(x)
+
+
+class MatmulChainBlock(nnx.Module):
+    def __init__(self, depth: int, w1, b1, w2, b2):
+        self.depth = depth
+        self.w1, self.b1, self.w2, self.b2 = Const(w1), Const(b1), Const(w2), Const(b2)
+
+    def __call__(self, o):
+        w1, b1, w2, b2 = self.w1[...], self.b1[...], self.w2[...], self.b2[...]
+        for _ in range(self.depth):  # a Python loop on both sides (unrolled by jit); the seed's fori_loop
+            o = (o @ w1 - b1) @ w2 - b2  # would compile its body even without jit, so "eager" would not be
+        return o
+
+
+def flatten(x):
+    return x.reshape(x.shape[0], -1)  # channels-last: (h, w, c) row-major, the canonical order
+
+
+def global_mean_pool(x):
+    return x.mean(axis=(1, 2))
+
+
+def build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "") -> nnx.Sequential:
+    """nnx layers whose initializers return the given weights, so paths are "layers/<i>/kernel" etc."""
+    rngs = nnx.Rngs(0)  # required by the constructors; every initializer below ignores it
+
+    def w(key: str):
+        return lambda _rng, _shape, _dtype: jnp.asarray(params[key], dtype)
+
+    mods = []
+    for i, layer in enumerate(layers):
+        p = f"{prefix}{i}."
+        match layer:
+            case Dense(din, dout):
+                mods.append(nnx.Linear(din, dout, kernel_init=w(p + "kernel"), bias_init=w(p + "bias"),
+                                       param_dtype=dtype, rngs=rngs))
+            case Conv(cin, cout, k, stride, pad, bias):
+                init = {"kernel_init": w(p + "kernel")} | ({"bias_init": w(p + "bias")} if bias else {})
+                mods.append(nnx.Conv(cin, cout, (k, k), strides=stride, padding=[(pad, pad)] * 2, use_bias=bias,
+                                     param_dtype=dtype, rngs=rngs, **init))
+            case BatchNorm(c):
+                # momentum: flax 0.9 == torch 0.1. Two-pass variance as torch: flax's default E[x²]−E[x]² lost
+                # 30% of the loss of mlp_batchnorm at batch 2 in fp32 (8.95 vs a float64 reference of 6.83).
+                bn = nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, use_fast_variance=False, scale_init=w(p + "scale"),
+                                   bias_init=w(p + "bias"), param_dtype=dtype, rngs=rngs)
+                bn.mean[...] = jnp.asarray(params[p + "mean"], dtype)
+                bn.var[...] = jnp.asarray(params[p + "var"], dtype)
+                mods.append(bn)
+            case Act(fn):
+                mods.append(ACTS[fn])
+            case MaxPool(k):
+                mods.append(partial(nnx.max_pool, window_shape=(k, k), strides=(k, k)))
+            case Flatten():
+                mods.append(flatten)
+            case GlobalMeanPool():
+                mods.append(global_mean_pool)
+            case Mean():
+                mods.append(jnp.mean)
+            case Residual(inner):
+                mods.append(ResidualBlock(build(inner, params, dtype, p)))
+            case MatmulChain(_, depth):
+                weights = (jnp.asarray(params[p + k], dtype) for k in ("w1", "b1", "w2", "b2"))
+                mods.append(MatmulChainBlock(depth, *weights))
+            case _:
+                raise Unsupported(f"jax backend has no layer {layer!r}")
+    return nnx.Sequential(*mods)
+
+
+def split(spec: ModelSpec, params: dict[str, np.ndarray], dtype, train: bool):
+    """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
+    model = build(spec.layers, params, dtype)
+    model.train() if train else model.eval()
+    return nnx.split(model, nnx.Param, ...)
+
+
+def make_loss(graphdef, kind: str):
+    """Pure loss(params, rest, x, y) -> (value, new rest); train-mode BatchNorm returns updated stats."""
+
+    def loss(params, rest, x, y):
+        model = nnx.merge(graphdef, params, rest, copy=True)  # fresh Variables: BatchNorm may update them in a trace
+        yhat = model(x)
+        value = jnp.sum((yhat - y) ** 2) if kind == "sse" else jnp.mean(yhat)
+        return value, nnx.split(model, nnx.Param, ...)[2]
+
+    return loss
+
+
+def make_grad(spec: ModelSpec, loss):
+    """(params, rest, x, y) -> (loss, grads) w.r.t. the params, or w.r.t. x for constant-weight models."""
+    vg = jax.value_and_grad(loss, argnums=0 if spec.trainable else 2, has_aux=True)
+
+    def grad(params, rest, x, y):
+        (value, _), g = vg(params, rest, x, y)
+        return value, g
+
+    return grad
+
+
+def canonical(state) -> dict[str, np.ndarray]:
+    """nnx state paths ("layers", 3, "body", "layers", 0, "kernel") -> canonical keys ("3.0.kernel")."""
+    return {".".join(str(k) for k in path if k not in ("layers", "body")): np.asarray(v[...])
+            for path, v in nnx.to_flat_state(state)}
+
+
+def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Eval-mode output at fp32 on the default device, for parity tests."""
+    graphdef, p, rest = split(spec, params, jnp.float32, train=False)
+    return np.asarray(nnx.merge(graphdef, p, rest)(jnp.asarray(x)))
+
+
+def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+    graphdef, p, rest = split(spec, params, jnp.float32, train=True)
+    value, g = make_grad(spec, make_loss(graphdef, spec.loss))(p, rest, jnp.asarray(x), jnp.asarray(y))
+    return float(value), canonical(g) if spec.trainable else np.asarray(g)
+
+
+def make_train_step(loss, tx: optax.GradientTransformation):
+    """One Adam step on (params, rest, opt_state): loss, backward, update, new BatchNorm stats."""
+
+    def step(state, x, y):
+        params, rest, opt_state = state
+        (value, rest), grads = jax.value_and_grad(loss, has_aux=True)(params, rest, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), rest, opt_state), value
+
+    return step
+
+
+def device_name(d) -> str:
+    return "cpu" if d.platform == "cpu" else f"{'cuda' if d.platform == 'gpu' else d.platform}:{d.id}"
+
+
+class Backend:
+    def __init__(self):
+        self.dtype = jnp.float32
+        self.device = jax.devices()[0]
+
+    def configure(self, precision: str, device: str, tf32: bool) -> str:
+        if precision == "fp64":
+            jax.config.update("jax_enable_x64", True)  # global, and only safe before any array exists
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
+        if device == "cpu":
+            self.device = jax.devices("cpu")[0]
+        else:
+            try:
+                self.device = jax.devices("gpu")[0]
+            except RuntimeError:
+                if device == "gpu":
+                    raise DeviceUnavailable("device=gpu but jax sees no GPU: install the CUDA build "
+                                            "(pip install 'nnbench[cuda]') or use device=cpu") from None
+                self.device = jax.devices("cpu")[0]
+        jax.config.update("jax_default_device", self.device)
+        self.dtype = jnp.dtype(DTYPES[precision])
+        return device_name(self.device)
+
+    def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
+        if op == "training" and not spec.trainable:
+            raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+        params = spec.init(seed)
+        x, y = (jax.device_put(jnp.asarray(a, self.dtype), self.device) for a in spec.make_batch(batch, seed))
+        graphdef, p, rest = split(spec, params, self.dtype, train=op != "inference")
+        p, rest = jax.device_put((p, rest), self.device)
+        jit = jax.jit if compile else lambda f, **_: f
+        if op == "inference":
+            infer = jit(lambda p, rest, x: nnx.merge(graphdef, p, rest)(x))
+
+            def fn():
+                return infer(p, rest, x)
+        elif op == "grad":
+            grad = jit(make_grad(spec, make_loss(graphdef, spec.loss)))
+
+            def fn():
+                return grad(p, rest, x, y)
+        else:
+            tx = optax.adam(1e-3)
+            state = (p, rest, tx.init(p))
+            step = jit(make_train_step(make_loss(graphdef, spec.loss), tx), donate_argnums=0)
+
+            def fn():
+                nonlocal state  # the previous state was donated: keep only the new one
+                state, loss = step(state, x, y)
+                return state, loss
+        return Step(fn, jax.block_until_ready, lambda out: device_name(next(iter(jax.tree.leaves(out)[0].devices()))))
+
+    def environment(self) -> dict[str, str]:
+        from jax._src.lib import cuda_versions  # None on CPU-only installs
+
+        env = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "flax_version": flax.__version__,
+               "optax_version": optax.__version__, "device_name": self.device.device_kind,
+               "device_platform": self.device.platform}
+        if cuda_versions is not None:
+            env["cuda_version"] = str(cuda_versions.cuda_runtime_get_version())
+            env["cudnn_version"] = str(cuda_versions.cudnn_get_version())
+        if "XLA_FLAGS" in os.environ:
+            env["xla_flags"] = os.environ["XLA_FLAGS"]
+        return env

@@ -1,0 +1,230 @@
+"""PyTorch adapter: nn layers built from the spec's numpy weights in NCHW / OIHW / (out, in) layouts.
+
+compile=False: eager. compile=True: `torch.compile(dynamic=False)` of the forward (inference, under no_grad) or of
+forward+loss (grad, training), whose backward AOTAutograd compiles too; the Adam step stays eager (foreach).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+from experiments.backends import DTYPES, OPS, DeviceUnavailable, Step, Unsupported
+from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
+                    Residual, is_stat)
+
+HWIO_TO_OIHW, OIHW_TO_HWIO = (3, 2, 0, 1), (2, 3, 1, 0)
+# One weight: canonical key, its module and attribute, and how to turn a torch-layout array back into canonical.
+Link = tuple[str, nn.Module, str, Callable[[np.ndarray], np.ndarray]]
+
+
+def same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, body: nn.Module):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class MatmulChainBlock(nn.Module):
+    """Seed 004's loop; the weights are buffers: constants, never trained."""
+
+    def __init__(self, depth: int, w1, b1, w2, b2):
+        super().__init__()
+        self.depth = depth
+        for name, a in zip(("w1", "b1", "w2", "b2"), (w1, b1, w2, b2)):
+            self.register_buffer(name, torch.from_numpy(a))
+
+    def forward(self, o):
+        for _ in range(self.depth):
+            o = torch.matmul(o, self.w1) - self.b1
+            o = o @ self.w2 - self.b2
+        return o
+
+
+class GlobalMeanPool2d(nn.Module):
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+class MeanAll(nn.Module):
+    def forward(self, x):
+        return x.mean()
+
+
+def dense_layout(hwc: tuple[int, ...] | None):
+    """(to torch, back) for a Dense kernel; after Flatten its rows are permuted from (h, w, c) to NCHW's (c, h, w)."""
+    if hwc is None:
+        return (lambda k: k.T), (lambda w: w.T)
+    h, w, c = hwc
+    return (lambda k: k.reshape(h, w, c, -1).transpose(3, 2, 0, 1).reshape(k.shape[1], -1),
+            lambda t: t.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1))
+
+
+def build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], prefix: str = ""):
+    """nn.Sequential for a channels-last per-sample `shape`, plus a Link per weight (for canonical grads)."""
+    mods: list[nn.Module] = []
+    links: list[Link] = []
+
+    def put(m: nn.Module, attr: str, key: str, to=same, back=same):
+        with torch.no_grad():
+            getattr(m, attr).copy_(torch.from_numpy(np.ascontiguousarray(to(params[key]))))
+        links.append((key, m, attr, back))
+
+    flat_from = None  # the (h, w, c) shape a Flatten consumed, for the Dense after it
+    for i, layer in enumerate(layers):
+        p = f"{prefix}{i}."
+        match layer:
+            case Dense(din, dout):
+                m = nn.Linear(din, dout)
+                put(m, "weight", p + "kernel", *dense_layout(flat_from))
+                put(m, "bias", p + "bias")
+                flat_from, shape = None, (dout,)
+            case Conv(cin, cout, k, stride, pad, bias):
+                m = nn.Conv2d(cin, cout, k, stride, pad, bias=bias)
+                put(m, "weight", p + "kernel", lambda a: a.transpose(HWIO_TO_OIHW), lambda a: a.transpose(OIHW_TO_HWIO))
+                if bias:
+                    put(m, "bias", p + "bias")
+                shape = tuple((n + 2 * pad - k) // stride + 1 for n in shape[:2]) + (cout,)
+            case BatchNorm(c):
+                # torch momentum 0.1 == flax 0.9. torch updates running_var with the unbiased batch variance, flax
+                # with the biased one: only the running stats after training differ, not the outputs in parity.
+                m = (nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d)(c, eps=1e-5, momentum=0.1)
+                for attr, name in (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"),
+                                   ("running_var", "var")):
+                    put(m, attr, p + name)
+            case Act("relu"):
+                m = nn.ReLU()
+            case Act("gelu_tanh"):
+                m = nn.GELU(approximate="tanh")
+            case MaxPool(k):
+                m = nn.MaxPool2d(k)
+                shape = (shape[0] // k, shape[1] // k, shape[2])
+            case Flatten():
+                m = nn.Flatten()
+                flat_from, shape = shape, (math.prod(shape),)
+            case GlobalMeanPool():
+                m, shape = GlobalMeanPool2d(), shape[-1:]
+            case Mean():
+                m, shape = MeanAll(), ()
+            case Residual(inner):
+                body, inner_links = build(inner, params, shape, p)
+                m = ResidualBlock(body)
+                links += inner_links
+            case MatmulChain(_, depth):
+                m = MatmulChainBlock(depth, *(params[p + k] for k in ("w1", "b1", "w2", "b2")))
+                links += [(p + k, m, k, same) for k in ("w1", "b1", "w2", "b2")]
+            case _:
+                raise Unsupported(f"torch backend has no layer {layer!r}")
+        mods.append(m)
+    return nn.Sequential(*mods), links
+
+
+def make_model(spec: ModelSpec, params: dict[str, np.ndarray], device, dtype, train: bool):
+    model, links = build(spec.layers, params, spec.input_shape)
+    return model.to(device, dtype).train(train), links
+
+
+def to_input(a: np.ndarray, device, dtype) -> torch.Tensor:
+    """Channels-last canonical batch -> NCHW tensor (images) or as is."""
+    a = a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device, dtype)
+
+
+def make_loss(spec: ModelSpec, model: nn.Module):
+    if spec.loss == "sse":
+        return lambda x, y: ((model(x) - y) ** 2).sum()
+    return lambda x, y: model(x).mean()
+
+
+def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Eval-mode output at fp32 on the CPU, for parity tests."""
+    model, _ = make_model(spec, params, "cpu", torch.float32, train=False)
+    with torch.no_grad():
+        return model(to_input(x, "cpu", torch.float32)).numpy()
+
+
+def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+    model, links = make_model(spec, params, "cpu", torch.float32, train=True)
+    xt = to_input(x, "cpu", torch.float32).requires_grad_(not spec.trainable)
+    loss = make_loss(spec, model)(xt, torch.from_numpy(y))
+    loss.backward()
+    if not spec.trainable:
+        return loss.item(), xt.grad.numpy()
+    return loss.item(), {k: back(getattr(m, attr).grad.numpy()) for k, m, attr, back in links if not is_stat(k)}
+
+
+class Backend:
+    def __init__(self):
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+
+    def configure(self, precision: str, device: str, tf32: bool) -> str:
+        gpu = torch.cuda.is_available()
+        if device == "gpu" and not gpu:
+            raise DeviceUnavailable("device=gpu but torch sees no GPU: install a CUDA build of torch "
+                                    "(https://pytorch.org/get-started) or use device=cpu")
+        self.device = torch.device("cuda:0" if gpu and device != "cpu" else "cpu")
+        self.dtype = getattr(torch, DTYPES[precision])
+        torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means full fp32 unless asked, as on the jax side
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        return str(self.device)
+
+    def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
+        if op == "training" and not spec.trainable:
+            raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+        torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
+        jit = (lambda f: torch.compile(f, dynamic=False)) if compile else (lambda f: f)
+        model, _ = make_model(spec, spec.init(seed), self.device, self.dtype, train=op != "inference")
+        x, y = (to_input(a, self.device, self.dtype) for a in spec.make_batch(batch, seed))
+        if op == "inference":
+            infer = jit(model)
+
+            def fn():
+                with torch.no_grad():
+                    return infer(x)
+        elif op == "grad":
+            loss = jit(make_loss(spec, model))
+            wrt = list(model.parameters()) if spec.trainable else [x.requires_grad_()]
+
+            def fn():
+                value = loss(x, y)
+                return value, torch.autograd.grad(value, wrt)
+        else:
+            loss = jit(make_loss(spec, model))
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
+            state = (*model.parameters(), *model.buffers())  # updated in place by each step
+
+            def fn():
+                opt.zero_grad(set_to_none=True)
+                value = loss(x, y)
+                value.backward()
+                opt.step()
+                return state, value
+        sync = (lambda _: torch.cuda.synchronize()) if self.device.type == "cuda" else (lambda _: None)
+        return Step(fn, sync, lambda out: str(next(t for t in tree_leaves(out) if isinstance(t, torch.Tensor)).device))
+
+    def environment(self) -> dict[str, str]:
+        cuda = self.device.type == "cuda"
+        env = {"torch_version": torch.__version__, "torch_num_threads": str(torch.get_num_threads()),
+               "device_name": torch.cuda.get_device_name(self.device) if cuda else "cpu",
+               "device_platform": self.device.type,
+               "torch_compile_backend": "inductor"}  # what compile=True uses; eager runs ignore it
+        if torch.version.cuda:
+            env["cuda_version"] = torch.version.cuda
+        if cuda and torch.backends.cudnn.is_available():
+            env["cudnn_version"] = str(torch.backends.cudnn.version())
+        return env
