@@ -48,7 +48,8 @@ class SweepCallback(Callback):
         exp_id = tracking.prepare_store(uri, config.mlflow.experiment_name)
         overrides = " ".join(config.hydra.overrides.task)
         sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
-        parent = tracking.start_parent(uri, exp_id, f"sweep {Path(sweep_dir).name} · {overrides}",
+        when = " ".join(Path(sweep_dir).parts[-2:])  # Hydra's default sweep dir: multirun/<date>/<time>
+        parent = tracking.start_parent(uri, exp_id, f"sweep {when} · {overrides}",
                                        {"overrides": overrides, "sweep_dir": sweep_dir, "job_count": jobs,
                                         "point_count": points})
         os.environ["NNBENCH_PARENT_RUN_ID"] = parent

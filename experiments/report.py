@@ -95,11 +95,14 @@ def _title(model: str, op: str) -> str:
 def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "median_s") -> Path:
     """Seed 000's picture: y vs batch size on log2-log2 axes, one line per variant, p25-p75 band."""
     fig, ax = plt.subplots(figsize=(8, 5.6))
-    for label, d in series(t, model, op, y).items():
+    lines = series(t, model, op, y)
+    for label, d in lines.items():
         (line,) = ax.plot(d["batch_size"], d["y"], marker="o", linewidth=2, label=label)
         ax.fill_between(d["batch_size"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    sizes = sorted({b for d in lines.values() for b in d["batch_size"]})
+    ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("Batch size (log2 scale)")
     ax.set_ylabel("Time per call (s) (log2 scale)" if y == "median_s" else "Throughput (samples/s) (log2 scale)")
     ax.set_title(_title(model, op) + ("" if y == "median_s" else " (throughput)"), fontweight="bold")

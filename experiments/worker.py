@@ -5,7 +5,6 @@ only the point in progress) and never talks to MLflow.
 """
 from __future__ import annotations
 
-import gc
 import json
 import sys
 from dataclasses import fields
@@ -37,8 +36,7 @@ def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timi
         m = timing.measure(step.fn, step.sync, budget, inspect=lambda o: seen.append(check_device(step, o, device)))
         out[op] = {"status": "ok", "device": seen[0], "block": m.block, "stop_reason": m.stop_reason,
                    "elapsed_s": m.elapsed_s, "samples_s": m.samples_s, "stats": timing.summarize(m, batch).as_dict()}
-        del step
-        gc.collect()
+        del step  # free this op's model and state before the next one is built
     return out
 
 

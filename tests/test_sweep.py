@@ -34,11 +34,18 @@ def runs(uri, parents=False):
     return df[is_parent] if parents else df[~is_parent]
 
 
-@pytest.mark.slow
-def test_readme_sweep_quick(tmp_path):
-    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick"], cwd=tmp_path)
+@pytest.fixture(scope="module")
+def readme_sweep(tmp_path_factory):
+    """The README sweep with bench=quick, run once in a fresh directory: (cwd, store uri, completed process)."""
+    cwd = tmp_path_factory.mktemp("readme")
+    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick"], cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    return cwd, f"sqlite:///{cwd}/mlruns/mlflow.db", r
+
+
+@pytest.mark.slow
+def test_readme_sweep_quick(readme_sweep):
+    cwd, uri, _ = readme_sweep
     df = runs(uri)
     assert len(df) == 8 and set(df["status"]) == {"FINISHED"}
     for fw in ("jax", "torch"):
@@ -61,11 +68,63 @@ def test_readme_sweep_quick(tmp_path):
     assert (df["params.param_count"] == "44426").all()
     client = MlflowClient(uri)
     names = {a.path for a in client.list_artifacts(df["run_id"].iloc[0])}
-    assert {"config.yaml", "samples.json", "environment.json"} <= names
+    assert {"config.yaml", "samples.json", "environment.json", "samples.png"} <= names
     # every result is on disk in the Hydra job dirs too
-    assert len(list(tmp_path.glob("multirun/*/*/*/points/*/record.json"))) == 8
+    assert len(list(cwd.glob("multirun/*/*/*/points/*/record.json"))) == 8
     # no secrets: the environment record is an allow-list
     assert not any(c.startswith("tags.") and ("KEY" in c or "TOKEN" in c or "SECRET" in c) for c in df.columns)
+
+
+@pytest.mark.slow
+def test_sweep_has_one_parent_with_the_report(readme_sweep):
+    cwd, uri, proc = readme_sweep
+    (parent,) = runs(uri, parents=True).itertuples()
+    children = runs(uri)
+    assert (children["tags.mlflow.parentRunId"] == parent.run_id).all()
+    p = MlflowClient(uri).get_run(parent.run_id)
+    assert p.info.status == "FINISHED" and "framework=jax,torch model=lenet bench=quick" in p.info.run_name
+    assert p.data.params["job_count"] == "2" and p.data.params["point_count"] == "8"
+    assert Path(p.data.params["sweep_dir"]).is_dir()
+    arts = {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)}
+    assert {"time_lenet_inference.png", "time_lenet_training.png", "throughput_lenet_inference.png",
+            "speedup.png", "summary.csv", "report.md", "report.html"} <= arts
+    summary = pd.read_csv(MlflowClient(uri).download_artifacts(parent.run_id, "summary.csv", str(cwd)))
+    assert set(summary["run_id"]) == set(children["run_id"])
+    # progress: one line per point with done/total, and the runs-table link at the end
+    out = proc.stdout + proc.stderr
+    assert "[8/8, ETA 0:00]" in out and "[1/8, ETA" in out
+    assert "runs?workflowType=machine_learning" in out
+
+
+@pytest.mark.slow
+def test_compare_report_matches_the_store(readme_sweep, tmp_path):
+    cwd, uri, _ = readme_sweep
+    r = subprocess.run([sys.executable, "-m", "experiments.compare", "model=lenet", "--out", str(tmp_path / "rep")],
+                       cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "| lenet" in r.stdout and "torch-eager fp32" in r.stdout
+    got = pd.read_csv(tmp_path / "rep" / "summary.csv")
+    df = runs(uri).set_index("run_id")
+    assert len(got) == 12  # 2 frameworks × (4 inference + 2 training)
+    for row in got.itertuples():
+        assert row.median_s == df.loc[row.run_id, f"metrics.{row.op}_median_s"]
+        assert row.p75_s == df.loc[row.run_id, f"metrics.{row.op}_p75_s"]
+    assert {"report.md", "report.html", "speedup.png"} <= {p.name for p in (tmp_path / "rep").iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["model=nosuchmodel"], "no measured runs match params.model = 'nosuchmodel'"),
+    (["--filter", "params.model ==== 'x'"], "nnbench compare: error:"),
+    (["model=lenet", "--experiment", "nope"], "no experiment 'nope'"),
+])
+def test_compare_fails_clearly(readme_sweep, args, message):
+    cwd, _, _ = readme_sweep
+    r = subprocess.run([sys.executable, "-m", "experiments.compare", *args], cwd=cwd,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
 
 
 @pytest.mark.slow
@@ -112,19 +171,9 @@ def _free_port():
 @pytest.mark.slow
 def test_tracking_server_via_environment(tmp_path):
     port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "art")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = _serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
     uri = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.5)
         r = run(["framework=torch", "model=mlp_relu", "batch_size=4", "bench=quick"], cwd=tmp_path,
                 MLFLOW_TRACKING_URI=uri)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -132,6 +181,65 @@ def test_tracking_server_via_environment(tmp_path):
         assert len(df) == 1 and df["status"].iloc[0] == "FINISHED"
         assert {a.path for a in MlflowClient(uri).list_artifacts(df["run_id"].iloc[0])} >= {"samples.json"}
         assert not (tmp_path / "mlruns" / "mlflow.db").exists()  # nothing went to the default store
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+def _serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    extra = ["--artifacts-destination", str(artifacts)] if artifacts else []
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", store, *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(120):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return server
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("mlflow server did not start")
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_mlflow_ui_shows_the_sweep(readme_sweep):
+    """Headless Chromium on `mlflow server` over the README sweep's store: runs table, children, parent plot."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    cwd, uri, _ = readme_sweep
+    (parent,) = runs(uri, parents=True).itertuples()
+    exp_id = parent.experiment_id
+    port = _free_port()
+    server = _serve(uri, port)
+    shots = ROOT / "test-artifacts"
+    shots.mkdir(exist_ok=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning")
+            page.get_by_text("sweep ", exact=False).first.wait_for(timeout=60_000)
+            page.locator("[role=row]", has_text="sweep ").locator("button").first.click()  # expand the children
+            for name in ("lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"):
+                page.get_by_text(name).wait_for(timeout=30_000)
+            page.screenshot(path=str(shots / "mlflow-ui-runs.png"))
+            page.goto(f"{base}/#/experiments/{exp_id}/runs/{parent.run_id}/artifacts/time_lenet_inference.png")
+            img = page.locator("img[src^='blob:']").first
+            img.wait_for(timeout=60_000)
+            page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle(),
+                                   timeout=30_000)
+            assert img.evaluate("el => el.naturalWidth") == 800  # the figure as report.plot_lines saves it
+            page.screenshot(path=str(shots / "mlflow-ui-parent-plot.png"))
+            browser.close()
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)

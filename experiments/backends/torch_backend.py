@@ -186,7 +186,8 @@ class Backend:
             raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
         if op == "training" and not spec.trainable:
             raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
-        torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
+        if compile:
+            torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
         jit = (lambda f: torch.compile(f, dynamic=False)) if compile else (lambda f: f)
         model, _ = make_model(spec, spec.init(seed), self.device, self.dtype, train=op != "inference")
         x, y = (to_input(a, self.device, self.dtype) for a in spec.make_batch(batch, seed))
