@@ -40,7 +40,8 @@ def host_record() -> dict[str, str]:
 
     rec = {
         "python_version": platform.python_version(),
-        "python_executable": os.path.realpath(sys.executable),
+        "python_executable": sys.executable,
+        "python_prefix": sys.prefix,  # tells venvs apart: their executables may link to the same binary
         "numpy_version": metadata.version("numpy"),
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),

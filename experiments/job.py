@@ -66,8 +66,11 @@ def check(cfg: dict) -> None:
     model_spec(cfg)
     if cfg["device"] == "gpu" or python != sys.executable:
         problem = probe(python, fw, cfg["precision"]["name"], cfg["device"])
+        if problem and python != sys.executable:
+            raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): build that "
+                           "environment with `python -m experiments.venv DIR PACKAGE==VERSION ...` (see README)")
         if problem:
-            raise BadInput(f"{python} cannot measure framework={fw}: {problem}")
+            raise BadInput(problem)
 
 
 @functools.cache

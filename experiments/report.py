@@ -38,6 +38,7 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
         return t
     t["batch_size"] = t["batch_size"].astype(int)
     t["label"] = t["mode"] + " " + t["precision"]
+    t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
     return t.sort_values(["model", "op", "label", "batch_size"], ignore_index=True)
 
 
@@ -173,3 +174,94 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
                                      f"<h1>{title}</h1>{html_table}<pre>{note}</pre>{imgs}</body></html>")
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
     return {p.name: p for p in out.iterdir()}
+
+
+POINT = ["model", "op", "batch_size", "label", "device"]
+
+
+def ordered(values, first_seen: pd.Series) -> list[str]:
+    """Versions in version order when they all parse as versions, else in the order they first ran."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return sorted(values, key=Version)
+    except InvalidVersion:
+        return sorted(values, key=lambda v: first_seen[v])
+
+
+def latest_per_value(t: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Rows with a value for `by`, keeping the newest run per (point, value)."""
+    t = t.dropna(subset=[by]).astype({by: str})
+    return t.sort_values("start_time").groupby(POINT + [by], dropna=False).tail(1)
+
+
+def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
+    """Per point, each value of `by` against the one before it: ratio, bootstrap CI, U-test p, verdict.
+
+    `samples_of(run_id, op)` returns that run's raw per-call samples (the samples.json artifact).
+    """
+    from experiments.verdict import compare
+
+    first_seen = t.dropna(subset=[by]).astype({by: str}).groupby(by)["start_time"].min()
+    rows = []
+    for key, g in latest_per_value(t, by).groupby(POINT, dropna=False):
+        runs = g.set_index(by)
+        values = ordered(list(runs.index), first_seen)
+        for old, new in zip(values, values[1:]):
+            a, b = runs.loc[old], runs.loc[new]
+            v = compare(samples_of(a["run_id"], key[1]), samples_of(b["run_id"], key[1]), threshold, alpha)
+            rows.append(dict(zip(POINT, key)) | {
+                "old": old, "new": new, "old_median_s": a["median_s"], "new_median_s": b["median_s"],
+                "ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
+                "verdict": v.verdict, "old_run_id": a["run_id"], "new_run_id": b["run_id"]})
+    return pd.DataFrame(rows)
+
+
+def changes_markdown(c: pd.DataFrame) -> str:
+    view = pd.DataFrame({
+        "model": c["model"], "op": c["op"], "batch": c["batch_size"], "variant": c["label"],
+        "old → new": c["old"] + " → " + c["new"],
+        "median ms": [f"{a * 1e3:.4g} → {b * 1e3:.4g}" for a, b in zip(c["old_median_s"], c["new_median_s"])],
+        "new/old": c["ratio"].map("{:.3f}".format),
+        "95% CI": [f"[{a:.3f}, {b:.3f}]" for a, b in zip(c["ci95_low"], c["ci95_high"])],
+        "p (U test)": c["p_value"].map("{:.2g}".format), "verdict": c["verdict"],
+    })
+    return view.to_markdown(index=False)
+
+
+def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
+    """Median per call against `by` (ordered as in `changes`), one line per variant and batch size."""
+    t = latest_per_value(t[(t["model"] == model) & (t["op"] == op)], by)
+    first_seen = t.groupby(by)["start_time"].min()
+    values = ordered(list(t[by].unique()), first_seen)
+    x = {v: i for i, v in enumerate(values)}
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for (label, bs), g in t.groupby(["label", "batch_size"]):
+        g = g.sort_values(by, key=lambda s: s.map(x))
+        ax.errorbar(g[by].map(x), g["median_s"], yerr=[g["median_s"] - g["p25_s"], g["p75_s"] - g["median_s"]],
+                    marker="o", capsize=3, label=f"{label} bs{bs}")
+    ax.set_xticks(range(len(values)), values, rotation=20)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(by)
+    ax.set_ylabel("Time per call (s) (log2 scale)")
+    ax.set_title(f"{_title(model, op)} across {by}", fontweight="bold")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: str) -> None:
+    """report.md/html with the verdict table and a trend plot per (model, op); changes.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    c.to_csv(out / "changes.csv", index=False)
+    pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
+            for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
+    (out / "report.md").write_text(f"# {title}\n\n{changes_markdown(c)}\n\n"
+                                   + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
+    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                   for p in pngs)
+    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+                                     f"<h1>{title}</h1>{c.to_html(index=False)}{imgs}</body></html>")

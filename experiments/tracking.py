@@ -85,3 +85,9 @@ def search(uri: str, experiment_name: str, filter_string: str = ""):
         raise LookupError(f"no experiment {experiment_name!r} in {uri}")
     return mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
                               output_format="pandas", max_results=50_000)
+
+
+def load_samples(uri: str, run_id: str) -> dict:
+    """A run's raw per-call samples (its samples.json artifact)."""
+    mlflow.set_tracking_uri(uri)
+    return mlflow.artifacts.load_dict(f"runs:/{run_id}/samples.json")

@@ -243,3 +243,18 @@ def test_mlflow_ui_shows_the_sweep(readme_sweep):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_parent_structure_holds_with_the_joblib_launcher(tmp_path):
+    """Jobs in loky worker processes find the sweep's parent through the sweep dir, not process memory."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    r = run(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", "framework=jax,torch", "model=mlp_relu",
+             "batch_size=8", "ops=[inference]", "bench=quick"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Joblib.Parallel" in r.stdout + r.stderr
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    (parent,) = runs(uri, parents=True).itertuples()
+    children = runs(uri)
+    assert len(children) == 2 and (children["tags.mlflow.parentRunId"] == parent.run_id).all()
+    assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_mlp_relu_inference.png"}
