@@ -87,6 +87,9 @@ def by_version(a: argparse.Namespace, t, uri: str, fs: str) -> int:
               f"(values: {', '.join(sorted(t[a.by].dropna().astype(str).unique())) or 'none'})", file=sys.stderr)
         return 2
     print(report.changes_markdown(c))
+    if ((c["runs_old"] == 1) | (c["runs_new"] == 1)).any():
+        print("\nnote: a side measured in a single process cannot show process-to-process drift, which can exceed "
+              "the change; measure replicates interleaved, e.g. -m repeat=0,1,2,3,4 runtime.python=A,B (see README)")
     counts = c["verdict"].value_counts()
     print(f"\n{len(c)} changes: " + ", ".join(f"{n} {v}" for v, n in counts.items())
           + f" (threshold {a.threshold:.0%}, alpha {a.alpha})")

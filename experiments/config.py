@@ -82,6 +82,7 @@ class Config:
     ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])
     device: Device = Device.auto
     seed: int = 0
+    repeat: int = 0  # replicate index: repeat=0,1,2 measures each point in three fresh processes
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
     report: ReportConf = field(default_factory=ReportConf)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -19,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 import models
 from experiments import records
 
-log = logging.getLogger("nnbench")
 ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORK_PACKAGES = {"jax": ("jax", "flax", "optax"), "torch": ("torch",)}
 
@@ -56,6 +54,8 @@ def check(cfg: dict) -> None:
     if bs is not None and bs <= 0:
         raise BadInput(f"batch_size must be a positive integer (got {bs}): use e.g. batch_size=32, "
                        "or batch_size=null for the model's seed lists")
+    if cfg["repeat"] < 0:
+        raise BadInput(f"repeat is a replicate index (got {cfg['repeat']}): use e.g. repeat=0,1,2")
     if not cfg["ops"]:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
     fw = cfg["framework"]["name"]

@@ -66,7 +66,7 @@ def build(cfg: dict, point: dict, result: dict, param_count: int) -> Record:
     params = {
         "framework": fw, "compile": str(compiled).lower(), "mode": label, "model": model, "precision": prec,
         "batch_size": str(bs), "device": result.get("device", "n/a"), "device_requested": cfg["device"],
-        "ops": ",".join(point["ops"]), "param_count": str(param_count),
+        "ops": ",".join(point["ops"]), "param_count": str(param_count), "repeat": str(cfg.get("repeat", 0)),
         **flatten(cfg, "config."),
     }
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a"}
@@ -91,5 +91,6 @@ def build(cfg: dict, point: dict, result: dict, param_count: int) -> Record:
         files["samples.json"] = json.dumps(samples)
     if "stderr_tail" in result:
         files["stderr.txt"] = result["stderr_tail"]
-    return Record(run_name=f"{model} · {label} · {prec} · bs{bs}", slug=f"{model}-{label}-{prec}-bs{bs}",
+    rep = f" · r{cfg['repeat']}" if cfg.get("repeat") else ""
+    return Record(run_name=f"{model} · {label} · {prec} · bs{bs}{rep}", slug=f"{model}-{label}-{prec}-bs{bs}",
                   outcome=outcome, params=params, metrics=metrics, tags=tags, files=files)

@@ -42,8 +42,24 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values(["model", "op", "label", "batch_size"], ignore_index=True)
 
 
+POINT = ["model", "op", "batch_size", "label", "device"]
+
+
+def points(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per point: replicate runs (repeat=0,1,...) folded into the median of their statistics."""
+    g = t.groupby(POINT, sort=True, dropna=False)
+    out = g[["median_s", "p25_s", "p75_s"]].median()
+    out["ci95_low_s"], out["ci95_high_s"] = g["ci95_low_s"].min(), g["ci95_high_s"].max()
+    out["n_samples"], out["runs"] = g["n_samples"].sum(), g.size()
+    out["run_id"] = g["run_id"].agg(",".join)
+    out = out.reset_index()
+    out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
+    return out
+
+
 def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[str, pd.DataFrame]:
     """The lines of one figure: label -> batch size, y and its p25-p75 band (time) or the same for throughput."""
+    t = points(t)
     sub = t[(t["model"] == model) & (t["op"] == op)]
     out = {}
     for label, g in sub.groupby("label", sort=True):
@@ -60,6 +76,7 @@ def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[st
 
 def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """Baseline median / median per (model, op, batch size, label): > 1 means faster than the baseline."""
+    t = points(t)
     base = t[t["label"] == baseline].set_index(["model", "op", "batch_size"])["median_s"]
     s = t.join(base.rename("baseline_s"), on=["model", "op", "batch_size"])
     s = s.dropna(subset=["baseline_s"])
@@ -69,8 +86,8 @@ def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
 
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """The table: one row per (model, op, batch size, label) with median, spread, CI and speedup."""
-    s = t[["model", "op", "batch_size", "label", "median_s", "p25_s", "p75_s", "ci95_low_s", "ci95_high_s",
-           "n_samples", "throughput_samples_per_s", "run_id"]].copy()
+    s = points(t)[["model", "op", "batch_size", "label", "median_s", "p25_s", "p75_s", "ci95_low_s",
+                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "run_id"]]
     sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "label"])["speedup"]
     s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "label"])
     return s.reset_index(drop=True)
@@ -151,12 +168,22 @@ def plot_samples(samples: dict, path: Path) -> Path:
     return path
 
 
+def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "") -> None:
+    """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded)."""
+    (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n"
+                                   + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
+    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                   for p in pngs)
+    html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}")
+    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+                                     f"<h1>{title}</h1>{html_table}<pre>{note}</pre>{imgs}</body></html>")
+
+
 def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report") -> dict:
-    """report.md, report.html (plots embedded), summary.csv and the PNGs; returns {name: path}."""
+    """report.md, report.html, summary.csv and the PNGs; returns {name: path}."""
     out.mkdir(parents=True, exist_ok=True)
     s = summary(t, baseline)
     s.to_csv(out / "summary.csv", index=False)
-    table = markdown(s)
     pngs = []
     for (model, op), _ in t.groupby(["model", "op"], sort=True):
         pngs.append(plot_lines(t, model, op, out / f"time_{model}_{op}.png"))
@@ -164,19 +191,10 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     sp = plot_speedup(t, baseline, out / "speedup.png")
     if sp:
         pngs.append(sp)
-    note = "" if sp else f"\n(no speedup chart: the baseline {baseline} is not in this selection)\n"
-    md = f"# {title}\n\n{table}\n{note}\n" + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs)
-    (out / "report.md").write_text(md)
-    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-                   for p in pngs)
-    html_table = s.to_html(index=False, float_format=lambda v: f"{v:.6g}")
-    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-                                     f"<h1>{title}</h1>{html_table}<pre>{note}</pre>{imgs}</body></html>")
+    note = "" if sp else f"(no speedup chart: the baseline {baseline} is not in this selection)"
+    pages(out, title, s, markdown(s), pngs, note)
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
     return {p.name: p for p in out.iterdir()}
-
-
-POINT = ["model", "op", "batch_size", "label", "device"]
 
 
 def ordered(values, first_seen: pd.Series) -> list[str]:
@@ -189,31 +207,34 @@ def ordered(values, first_seen: pd.Series) -> list[str]:
         return sorted(values, key=lambda v: first_seen[v])
 
 
-def latest_per_value(t: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Rows with a value for `by`, keeping the newest run per (point, value)."""
+def with_value(t: pd.DataFrame, by: str) -> tuple[pd.DataFrame, pd.Series]:
+    """Rows that have a value for `by` (as text), and when each value first ran."""
     t = t.dropna(subset=[by]).astype({by: str})
-    return t.sort_values("start_time").groupby(POINT + [by], dropna=False).tail(1)
+    return t, t.groupby(by)["start_time"].min()
 
 
 def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
     """Per point, each value of `by` against the one before it: ratio, bootstrap CI, U-test p, verdict.
 
+    Every run of a (point, value) counts as one measuring process (replicates: repeat=0,1,...).
     `samples_of(run_id, op)` returns that run's raw per-call samples (the samples.json artifact).
     """
     from experiments.verdict import compare
 
-    first_seen = t.dropna(subset=[by]).astype({by: str}).groupby(by)["start_time"].min()
+    t, first_seen = with_value(t, by)
     rows = []
-    for key, g in latest_per_value(t, by).groupby(POINT, dropna=False):
-        runs = g.set_index(by)
-        values = ordered(list(runs.index), first_seen)
+    for key, g in t.groupby(POINT, dropna=False):
+        values = ordered(list(g[by].unique()), first_seen)
+        runs = {v: list(g.loc[g[by] == v, "run_id"]) for v in values}
         for old, new in zip(values, values[1:]):
-            a, b = runs.loc[old], runs.loc[new]
-            v = compare(samples_of(a["run_id"], key[1]), samples_of(b["run_id"], key[1]), threshold, alpha)
+            a, b = ([samples_of(r, key[1]) for r in runs[v]] for v in (old, new))
+            v = compare(a, b, threshold, alpha)
             rows.append(dict(zip(POINT, key)) | {
-                "old": old, "new": new, "old_median_s": a["median_s"], "new_median_s": b["median_s"],
+                "old": old, "new": new, "runs_old": len(a), "runs_new": len(b),
+                "old_median_s": g.loc[g[by] == old, "median_s"].median(),
+                "new_median_s": g.loc[g[by] == new, "median_s"].median(),
                 "ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
-                "verdict": v.verdict, "old_run_id": a["run_id"], "new_run_id": b["run_id"]})
+                "verdict": v.verdict, "old_run_ids": ",".join(runs[old]), "new_run_ids": ",".join(runs[new])})
     return pd.DataFrame(rows)
 
 
@@ -221,6 +242,7 @@ def changes_markdown(c: pd.DataFrame) -> str:
     view = pd.DataFrame({
         "model": c["model"], "op": c["op"], "batch": c["batch_size"], "variant": c["label"],
         "old → new": c["old"] + " → " + c["new"],
+        "runs": c["runs_old"].astype(str) + "+" + c["runs_new"].astype(str),
         "median ms": [f"{a * 1e3:.4g} → {b * 1e3:.4g}" for a, b in zip(c["old_median_s"], c["new_median_s"])],
         "new/old": c["ratio"].map("{:.3f}".format),
         "95% CI": [f"[{a:.3f}, {b:.3f}]" for a, b in zip(c["ci95_low"], c["ci95_high"])],
@@ -230,16 +252,16 @@ def changes_markdown(c: pd.DataFrame) -> str:
 
 
 def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
-    """Median per call against `by` (ordered as in `changes`), one line per variant and batch size."""
-    t = latest_per_value(t[(t["model"] == model) & (t["op"] == op)], by)
-    first_seen = t.groupby(by)["start_time"].min()
+    """Median per call against `by` (ordered as in `changes`): a dot per run, a line through the medians."""
+    t, first_seen = with_value(t[(t["model"] == model) & (t["op"] == op)], by)
     values = ordered(list(t[by].unique()), first_seen)
     x = {v: i for i, v in enumerate(values)}
     fig, ax = plt.subplots(figsize=(8, 5.6))
     for (label, bs), g in t.groupby(["label", "batch_size"]):
-        g = g.sort_values(by, key=lambda s: s.map(x))
-        ax.errorbar(g[by].map(x), g["median_s"], yerr=[g["median_s"] - g["p25_s"], g["p75_s"] - g["median_s"]],
-                    marker="o", capsize=3, label=f"{label} bs{bs}")
+        mid = g.groupby(by)["median_s"].median()
+        mid = mid.iloc[mid.index.map(x).argsort()]
+        (line,) = ax.plot(mid.index.map(x), mid.values, marker="o", label=f"{label} bs{bs}")
+        ax.scatter(g[by].map(x), g["median_s"], color=line.get_color(), alpha=0.5, s=12)
     ax.set_xticks(range(len(values)), values, rotation=20)
     ax.set_yscale("log", base=2)
     ax.set_xlabel(by)
@@ -259,9 +281,4 @@ def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: s
     c.to_csv(out / "changes.csv", index=False)
     pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
             for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
-    (out / "report.md").write_text(f"# {title}\n\n{changes_markdown(c)}\n\n"
-                                   + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
-    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-                   for p in pngs)
-    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-                                     f"<h1>{title}</h1>{c.to_html(index=False)}{imgs}</body></html>")
+    pages(out, title, c, changes_markdown(c), pngs)

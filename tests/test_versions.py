@@ -28,8 +28,9 @@ def two_jax_sweep(tmp_path_factory):
         pytest.skip(f"jax {OLD_JAX} is not on the package index here")
     assert made.returncode == 0, made.stderr[-2000:]
     old_python = made.stdout.strip().split("=", 1)[1]
-    r = run(["-m", "framework=jax", "model=lenet", "batch_size=32", "bench=quick", f"runtime.python={old_python},null"],
-            cwd=base)
+    # two replicates per environment, interleaved: the last override varies fastest
+    r = run(["-m", "framework=jax", "model=lenet", "batch_size=32", "bench=quick", "repeat=0,1",
+             f"runtime.python={old_python},null"], cwd=base)
     assert r.returncode == 0, r.stderr[-3000:]
     return base, f"sqlite:///{base}/mlruns/mlflow.db", old_python, jax.__version__
 
@@ -44,8 +45,10 @@ def compare(cwd, *args):
 def test_versions_come_from_the_childs_interpreter(two_jax_sweep):
     _, uri, old_python, new_jax = two_jax_sweep
     df = runs(uri)
-    got = dict(zip(df["params.config.runtime.python"], df["tags.jax_version"]))
-    assert got == {old_python: OLD_JAX, "None": new_jax}
+    got = set(zip(df["params.config.runtime.python"], df["tags.jax_version"]))
+    assert got == {(old_python, OLD_JAX), ("None", new_jax)}
+    in_order = df.sort_values("start_time")["tags.jax_version"].tolist()
+    assert in_order == [OLD_JAX, new_jax, OLD_JAX, new_jax]  # interleaved replicates
     assert df["tags.env_fingerprint"].nunique() == 2  # same point, two environments
     assert set(df["tags.python_executable"]) == {old_python, sys.executable}
 
@@ -58,6 +61,7 @@ def test_compare_by_version_gives_a_verdict_per_point(two_jax_sweep, tmp_path):
     c = pd.read_csv(tmp_path / "rep" / "changes.csv")
     assert sorted(c["op"]) == ["inference", "training"]
     assert (c["old"] == OLD_JAX).all() and (c["new"] == new_jax).all()
+    assert (c["runs_old"] == 2).all() and (c["runs_new"] == 2).all()
     assert set(c["verdict"]) <= {"faster", "slower", "no change"}
     assert ((c["ci95_low"] <= c["ratio"]) & (c["ratio"] <= c["ci95_high"])).all()
     assert {"report.md", "report.html", "trend_lenet_inference.png", "trend_lenet_training.png"} <= {
