@@ -50,6 +50,7 @@ def host_record() -> dict[str, str]:
         "cpu_affinity": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "",
         "memory_total_bytes": str(psutil.virtual_memory().total),
         "host": socket.gethostname(),
+        "load_avg_1m": f"{os.getloadavg()[0]:.2f}",  # at the child's start: a busy host explains noisy numbers
     }
     rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
     return rec
