@@ -45,7 +45,10 @@ class SweepCallback(Callback):
                 sys.exit(f"nnbench: error: {e}")
             jobs, points = len(cfgs), sum(len(job.plan(c, job.model_spec(c))) for c in cfgs)
         uri = tracking.store_uri(config.mlflow.tracking_uri)
-        exp_id = tracking.prepare_store(uri, config.mlflow.experiment_name)
+        try:
+            exp_id = tracking.open_store(uri, config.mlflow.experiment_name)
+        except tracking.StoreUnavailable as e:
+            sys.exit(f"nnbench: error: {e}")
         overrides = " ".join(config.hydra.overrides.task)
         sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
         when = " ".join(Path(sweep_dir).parts[-2:])  # Hydra's default sweep dir: multirun/<date>/<time>

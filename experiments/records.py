@@ -37,7 +37,8 @@ class Record:
     @classmethod
     def load(cls, directory: Path) -> "Record":
         meta = json.loads((directory / "record.json").read_text())
-        files = {p.name: p.read_text() for p in directory.iterdir() if p.name != "record.json"}
+        files = {p.name: p.read_text() for p in directory.iterdir() if p.suffix in (".json", ".yaml", ".txt")
+                 and p.name != "record.json"}
         return cls(**meta, files=files)
 
 

@@ -34,14 +34,19 @@ def main(cfg: DictConfig) -> None:
         sweep = job.Sweep(out)
         sweep.start(points=len(job.plan(c, job.model_spec(c))))
     uri = tracking.store_uri(cfg.mlflow.tracking_uri)
-    exp_id = tracking.prepare_store(uri, cfg.mlflow.experiment_name)
+    try:
+        exp_id = tracking.open_store(uri, cfg.mlflow.experiment_name)
+    except tracking.StoreUnavailable as e:
+        sys.exit(f"nnbench: error: {e}")
 
     def on_record(rec, directory):
         log.info("%s %s: %s", sweep.tick(), rec.run_name, job.summary(rec))
         try:
-            tracking.log_record(uri, exp_id, rec, directory, job.parent_run_id(sweep))
+            (directory / "mlflow_run_id").write_text(
+                tracking.log_record(uri, exp_id, rec, directory, job.parent_run_id(sweep)))
         except Exception as e:  # the record is on disk already; the sweep goes on
-            log.error("could not log %s to %s (%s); it is kept in %s", rec.run_name, uri, e, directory)
+            log.error("could not log %s to %s (%s); it is kept in %s: log it later with "
+                      "`python -m experiments.upload %s`", rec.run_name, uri, e, directory, directory)
 
     recs = job.run_job(cfg, out, on_record)
     wall, measuring = time.perf_counter() - start, job.measuring_s(recs)

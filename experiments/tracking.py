@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# A tracking server that goes away must cost seconds per run, not minutes of retries: results are on disk.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
@@ -19,6 +22,24 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 def store_uri(configured: str | None) -> str:
     """The config key wins, then $MLFLOW_TRACKING_URI, then the local sqlite store under ./mlruns."""
     return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+class StoreUnavailable(Exception):
+    """The store can't be opened; the message says where and what to do."""
+
+
+def open_store(uri: str, experiment_name: str) -> str:
+    """prepare_store, with a failure turned into one line that names the fix."""
+    try:
+        if uri.startswith(("http://", "https://")):
+            import urllib.request
+
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10).close()
+        return prepare_store(uri, experiment_name)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise StoreUnavailable(f"cannot open the MLflow store at {uri} ({first}): start the tracking server, "
+                               "or point mlflow.tracking_uri / MLFLOW_TRACKING_URI at a reachable store") from None
 
 
 def prepare_store(uri: str, experiment_name: str) -> str:

@@ -71,6 +71,7 @@ def test_readme_sweep_quick(readme_sweep):
     assert {"config.yaml", "samples.json", "environment.json", "samples.png"} <= names
     # every result is on disk in the Hydra job dirs too
     assert len(list(cwd.glob("multirun/*/*/*/points/*/record.json"))) == 8
+    assert {p.read_text() for p in cwd.glob("multirun/*/*/*/points/*/mlflow_run_id")} == set(df["run_id"])
     # no secrets: the environment record is an allow-list
     assert not any(c.startswith("tags.") and ("KEY" in c or "TOKEN" in c or "SECRET" in c) for c in df.columns)
 
@@ -258,3 +259,15 @@ def test_parent_structure_holds_with_the_joblib_launcher(tmp_path):
     children = runs(uri)
     assert len(children) == 2 and (children["tags.mlflow.parentRunId"] == parent.run_id).all()
     assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_mlp_relu_inference.png"}
+
+
+@pytest.mark.slow
+def test_unreachable_tracking_server_is_a_clear_error(tmp_path):
+    t0 = time.monotonic()
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick"], cwd=tmp_path,
+            MLFLOW_TRACKING_URI=f"http://127.0.0.1:{_free_port()}")
+    assert r.returncode != 0 and time.monotonic() - t0 < 60
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("nnbench: error: cannot open the MLflow store at http://127.0.0.1:")
+    assert "start the tracking server" in last
+    assert not list(tmp_path.glob("multirun/*/*/*/points"))  # nothing was measured

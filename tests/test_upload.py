@@ -1,0 +1,22 @@
+"""Results kept on disk reach the store later: nothing lost when the store was down during a sweep."""
+import mlflow
+
+from experiments import job, upload
+from tests.test_isolation import fake_python  # noqa: F401  (fixture)
+
+
+def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):  # noqa: F811
+    monkeypatch.setenv("FAKE_FAULT", "segv")
+    cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
+    recs = job.run_job(cfg, tmp_path / "multirun" / "0")  # measured, saved, never logged
+    uri = f"sqlite:///{tmp_path}/store.db"
+    assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["nnbench"])
+    assert sorted(df["tags.mlflow.runName"]) == sorted(r.run_name for r in recs)
+    assert sorted(df["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    ok = df[df["status"] == "FINISHED"].iloc[0]
+    assert ok["metrics.inference_median_s"] == 0.001
+    assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
+    assert "nothing to log" in capsys.readouterr().out
+    assert len(mlflow.search_runs(experiment_names=["nnbench"])) == 4
