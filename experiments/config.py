@@ -48,6 +48,7 @@ class PrecisionConf:
 @dataclass
 class BenchConf:
     warmup_s: float = 0.2
+    warmup_calls: int = 5
     min_samples: int = 10
     max_samples: int = 1000
     max_time_s: float = 5.0

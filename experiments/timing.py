@@ -15,7 +15,8 @@ Clock = Callable[[], float]
 class Budget:
     """How long to measure one op; the bench config group fills it."""
 
-    warmup_s: float = 0.2  # steady-state warm-up after the first call
+    warmup_s: float = 0.2  # steady-state warm-up after the first call...
+    warmup_calls: int = 5  # ...and at least this many calls (caches and allocators settle over a few calls)
     min_samples: int = 10
     max_samples: int = 1000
     max_time_s: float = 5.0  # sampling budget per op, warm-up excluded
@@ -103,7 +104,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
         sync(fn())
         calls += 1
         elapsed = clock() - t0
-        if elapsed >= budget.warmup_s:
+        if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
             break
     per_call = max(elapsed / calls, 1e-9)
     block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate

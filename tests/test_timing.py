@@ -152,3 +152,12 @@ def test_inspect_sees_the_first_output_outside_the_timing():
     m = measure(fn, noop_sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
     assert seen == [0]
     assert m.first_call_s == pytest.approx(0.001) and max(m.samples_s) == pytest.approx(0.001)
+
+
+def test_warmup_takes_at_least_warmup_calls():
+    """A slow op still gets several warm-up calls: its first few calls after the first are often slow too."""
+    clock = FakeClock()
+    durations = [1.0, 0.5, 0.3, 0.2, 0.1] + [0.1] * 10_000  # settles after a few calls
+    m = measure(op(clock, durations), noop_sync, Budget(warmup_s=0.01, warmup_calls=4, min_samples=5,
+                                                         min_block_s=0.0), clock)
+    assert max(m.samples_s) == pytest.approx(0.1)
