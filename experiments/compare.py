@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-PARAMS = {"framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops"}
+PARAMS = {"framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
+          "param_count", "repeat"}
 
 
 def filter_string(pairs: list[str], extra: str | None, sweep: str | None) -> str:
