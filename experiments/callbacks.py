@@ -64,12 +64,18 @@ class SweepCallback(Callback):
 
         state = job.Sweep(Path(config.hydra.sweep.dir)).read()
         uri, parent = state["uri"], state["parent_run_id"]
-        runs = tracking.search(uri, config.mlflow.experiment_name, f"tags.mlflow.parentRunId = '{parent}'")
-        t = report.tidy(runs)
-        with tempfile.TemporaryDirectory() as tmp:
-            if not t.empty:
-                report.write(t, Path(tmp), config.report.baseline, title=f"nnbench sweep {parent}")
-                print(report.markdown(report.summary(t, config.report.baseline)))
-            tracking.finish_parent(uri, parent, Path(tmp))
+        try:
+            runs = tracking.search(uri, config.mlflow.experiment_name, f"tags.mlflow.parentRunId = '{parent}'")
+            t = report.tidy(runs)
+            with tempfile.TemporaryDirectory() as tmp:
+                if not t.empty:
+                    report.write(t, Path(tmp), config.report.baseline, title=f"nnbench sweep {parent}")
+                    print(report.markdown(report.summary(t, config.report.baseline)))
+                tracking.finish_parent(uri, parent, Path(tmp))
+        except Exception as e:  # every point is on disk already; the report can be made later
+            log.error("could not finish the sweep's report in %s (%s): the points are in %s; after "
+                      "`python -m experiments.upload`, `python -m experiments.compare --sweep %s` makes it",
+                      uri, e, config.hydra.sweep.dir, parent)
+            return
         print(f"\n{len(runs)} runs under parent {parent} in {uri}")
         print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state['experiment_id'])}")

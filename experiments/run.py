@@ -37,11 +37,16 @@ def main(cfg: DictConfig) -> None:
     try:
         exp_id = tracking.open_store(uri, cfg.mlflow.experiment_name)
     except tracking.StoreUnavailable as e:
-        sys.exit(f"nnbench: error: {e}")
+        if hc.mode != RunMode.MULTIRUN:
+            sys.exit(f"nnbench: error: {e}")
+        exp_id = None  # the store went away during the sweep: measure anyway, results stay on disk
+        log.error("%s", e)
 
     def on_record(rec, directory):
         log.info("%s %s: %s", sweep.tick(), rec.run_name, job.summary(rec))
         try:
+            if exp_id is None:
+                raise tracking.StoreUnavailable("the store could not be opened when this job started")
             (directory / "mlflow_run_id").write_text(
                 tracking.log_record(uri, exp_id, rec, directory, job.parent_run_id(sweep)))
         except Exception as e:  # the record is on disk already; the sweep goes on
