@@ -1,7 +1,8 @@
 """Log results kept on disk to a store: `python -m experiments.upload multirun/2026-11-29/14-31-13 [--uri URI]`.
 
 Every point is saved in its Hydra job directory before it is logged; points whose logging failed (a
-store that was down) have no `mlflow_run_id` file yet, and this logs them. Running it twice logs nothing twice.
+store that was down) have no `mlflow_run_id` file yet, and this logs them, under their sweep's parent run
+when it is the same store. Running it twice logs nothing twice.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment", default="nnbench")
     a = p.parse_args(argv)
 
-    from experiments import records, tracking
+    from experiments import job, records, tracking
 
     todo = pending(a.directory)
     if not todo:
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nnbench upload: error: {e}", file=sys.stderr)
         return 2
     for directory in todo:
-        run_id = tracking.log_record(uri, exp_id, records.Record.load(directory), directory)
+        sweep = job.Sweep(directory.parents[2]).read()  # <sweep>/<job>/points/<point>
+        parent = sweep.get("parent_run_id") if sweep.get("uri") == uri else None
+        run_id = tracking.log_record(uri, exp_id, records.Record.load(directory), directory, parent)
         (directory / MARKER).write_text(run_id)
         print(f"{directory} -> run {run_id}")
     return 0
