@@ -1,7 +1,7 @@
 """Results kept on disk reach the store later: nothing lost when the store was down during a sweep."""
 import mlflow
 
-from experiments import job, upload
+from experiments import job, tracking, upload
 from tests.test_isolation import fake_python  # noqa: F401  (fixture)
 
 
@@ -10,13 +10,15 @@ def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
     recs = job.run_job(cfg, tmp_path / "multirun" / "0")  # measured, saved, never logged
     uri = f"sqlite:///{tmp_path}/store.db"
+    parent = tracking.start_parent(uri, tracking.prepare_store(uri, "nnbench"), "sweep", {})
+    job.Sweep(tmp_path / "multirun").start(parent_run_id=parent, uri=uri)  # as the sweep callback leaves it
     assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
     mlflow.set_tracking_uri(uri)
-    df = mlflow.search_runs(experiment_names=["nnbench"])
+    df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
     assert sorted(df["tags.mlflow.runName"]) == sorted(r.run_name for r in recs)
     assert sorted(df["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
     ok = df[df["status"] == "FINISHED"].iloc[0]
     assert ok["metrics.inference_median_s"] == 0.001
     assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
     assert "nothing to log" in capsys.readouterr().out
-    assert len(mlflow.search_runs(experiment_names=["nnbench"])) == 4
+    assert len(mlflow.search_runs(experiment_names=["nnbench"])) == 5  # the 4 points and their parent
