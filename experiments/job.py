@@ -66,11 +66,10 @@ def check(cfg: dict) -> None:
     model_spec(cfg)
     if cfg["device"] == "gpu" or python != sys.executable:
         problem = probe(python, fw, cfg["precision"]["name"], cfg["device"])
-        if problem and python != sys.executable:
-            raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): build that "
-                           "environment with `python -m experiments.venv DIR PACKAGE==VERSION ...` (see README)")
         if problem:
-            raise BadInput(problem)
+            raise BadInput(problem if python == sys.executable else
+                           f"runtime.python={python} cannot measure framework={fw} ({problem}): build that "
+                           "environment with `python -m experiments.venv DIR PACKAGE==VERSION ...` (see README)")
 
 
 @functools.cache
@@ -129,12 +128,12 @@ def run_child(spec: dict, job_dir: Path, timeout_s: float, python: str = sys.exe
         spec_path = job_dir / f"spec-{attempt}.json"
         spec_path.write_text(json.dumps({**spec, "points": points[len(out):]}, indent=1))
         stderr_path = job_dir / f"child-{attempt}.log"
-        seen = len(_read_lines(results_path))
+        offset = results_path.stat().st_size if results_path.exists() else 0
         with open(stderr_path, "w") as err:
             proc = subprocess.Popen([python, "-m", "experiments.worker", str(spec_path), str(results_path)],
                                     cwd=ROOT, env=child_env(), stdout=err, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            reason = _watch(proc, results_path, seen, timeout_s, take)
+            reason = _watch(proc, results_path, offset, timeout_s, take)
         if len(out) < len(points):
             tail = stderr_path.read_text(errors="replace")[-3000:]
             take({"batch_size": points[len(out)]["batch_size"], "failed": reason or "child ended without a result",
@@ -142,7 +141,7 @@ def run_child(spec: dict, job_dir: Path, timeout_s: float, python: str = sys.exe
     return out
 
 
-def _watch(proc: subprocess.Popen, results: Path, seen: int, timeout_s: float,
+def _watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
            take: Callable[[dict], None]) -> str | None:
     """Pass on new results while the child runs; each point gets timeout_s from the end of the previous one."""
     deadline = time.monotonic() + timeout_s
@@ -151,11 +150,10 @@ def _watch(proc: subprocess.Popen, results: Path, seen: int, timeout_s: float,
             rc = proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
             rc = None
-        lines = _read_lines(results)
-        for line in lines[seen:]:
+        lines, offset = _new_lines(results, offset)
+        for line in lines:
             take(line)
             deadline = time.monotonic() + timeout_s
-        seen = len(lines)
         if rc is not None:
             return None if rc == 0 else _exit_reason(rc)
         if time.monotonic() > deadline:
@@ -164,11 +162,18 @@ def _watch(proc: subprocess.Popen, results: Path, seen: int, timeout_s: float,
             return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
 
 
-def _read_lines(path: Path) -> list[dict]:
-    """Complete lines only: the child may be writing the next one."""
+def _new_lines(path: Path, offset: int) -> tuple[list[dict], int]:
+    """Complete lines written since `offset`, and the offset after them: the child may be writing the next one.
+
+    Polling reads only the new bytes, so the parent stays off the cores while the child measures.
+    """
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
+        return [], offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    return [json.loads(line) for line in data[:end].splitlines() if line.strip()], offset + end
 
 
 def run_job(cfg: DictConfig, job_dir: Path,

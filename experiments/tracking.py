@@ -87,10 +87,9 @@ def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]
     return run.info.run_id
 
 
-def finish_parent(uri: str, run_id: str, artifacts: Path | None) -> None:
+def finish_parent(uri: str, run_id: str, artifacts: Path) -> None:
     client = MlflowClient(uri)
-    if artifacts is not None:
-        client.log_artifacts(run_id, str(artifacts))
+    client.log_artifacts(run_id, str(artifacts))
     client.set_terminated(run_id, "FINISHED")
 
 

@@ -40,5 +40,13 @@ class Backend(Protocol):
         """Allow-listed versions and device facts of the framework as imported in this process."""
 
 
+def check_op(spec: Any, op: str) -> None:
+    """What no framework can do, whichever adapter is asked: an unknown op, or training constant weights."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
+    if op == "training" and not spec.trainable:
+        raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+
+
 def load(framework: str) -> Backend:
     return import_module(MODULES[framework]).Backend()

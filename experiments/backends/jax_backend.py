@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from experiments.backends import DTYPES, OPS, DeviceUnavailable, Step, Unsupported
+from experiments.backends import DTYPES, DeviceUnavailable, Step, Unsupported, check_op
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual)
 
@@ -190,10 +190,7 @@ class Backend:
         return device_name(self.device)
 
     def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
-        if op not in OPS:
-            raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
-        if op == "training" and not spec.trainable:
-            raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+        check_op(spec, op)
         params = spec.init(seed)
         x, y = (jax.device_put(jnp.asarray(a, self.dtype), self.device) for a in spec.make_batch(batch, seed))
         graphdef, p, rest = split(spec, params, self.dtype, train=op != "inference")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from experiments.backends import DTYPES, OPS, DeviceUnavailable, Step, Unsupported
+from experiments.backends import DTYPES, DeviceUnavailable, Step, Unsupported, check_op
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual, is_stat)
 
@@ -182,10 +182,7 @@ class Backend:
         return str(self.device)
 
     def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
-        if op not in OPS:
-            raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
-        if op == "training" and not spec.trainable:
-            raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+        check_op(spec, op)
         if compile:
             torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
         jit = (lambda f: torch.compile(f, dynamic=False)) if compile else (lambda f: f)
