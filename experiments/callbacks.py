@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -11,7 +10,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from experiments import job
+from experiments import preflight
+from experiments.sweep import Sweep, open_sweep
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 log = logging.getLogger("nnbench")
@@ -35,35 +35,24 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from experiments import tracking
 
-        jobs, points = None, None
-        if config.hydra.sweeper._target_ == BASIC_SWEEPER:
-            try:
-                cfgs = [job.as_dict(c) for c in job_configs(config)]
-                for c in cfgs:
-                    job.check(c)
-            except job.BadInput as e:
-                sys.exit(f"nnbench: error: {e}")
-            jobs, points = len(cfgs), sum(len(job.plan(c, job.model_spec(c))) for c in cfgs)
-        uri = tracking.store_uri(config.mlflow.tracking_uri)
-        try:
-            exp_id = tracking.open_store(uri, config.mlflow.experiment_name)
-        except tracking.StoreUnavailable as e:
-            sys.exit(f"nnbench: error: {e}")
+        sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = " ".join(config.hydra.overrides.task)
-        sweep_dir = str(Path(config.hydra.sweep.dir).resolve())
-        when = " ".join(Path(sweep_dir).parts[-2:])  # Hydra's default sweep dir: multirun/<date>/<time>
-        parent = tracking.start_parent(uri, exp_id, f"sweep {when} · {overrides}",
-                                       {"overrides": overrides, "sweep_dir": sweep_dir, "job_count": jobs,
-                                        "point_count": points})
-        os.environ["NNBENCH_PARENT_RUN_ID"] = parent
-        job.Sweep(Path(sweep_dir)).start(parent_run_id=parent, experiment_id=exp_id, uri=uri, points=points)
-        log.info("sweep: %s jobs, %s points, parent run %s", jobs, points, parent)
+        when = " ".join(sweep_dir.parts[-2:])  # Hydra's default sweep dir: multirun/<date>/<time>
+        try:
+            jobs = None
+            if config.hydra.sweeper._target_ == BASIC_SWEEPER:
+                jobs = preflight.jobs([preflight.as_dict(c) for c in job_configs(config)])
+            state = open_sweep(sweep_dir, jobs, config.mlflow, f"sweep {when} · {overrides}",
+                               {"overrides": overrides, "sweep_dir": str(sweep_dir)})
+        except (preflight.BadInput, tracking.StoreUnavailable) as e:
+            sys.exit(f"nnbench: error: {e}")
+        log.info("sweep: %s jobs, %s points, parent run %s", state.jobs, state.points, state.parent_run_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from experiments import report, tracking
 
-        state = job.Sweep(Path(config.hydra.sweep.dir)).read()
-        uri, parent = state["uri"], state["parent_run_id"]
+        state = Sweep(Path(config.hydra.sweep.dir)).read()
+        uri, parent = state.uri, state.parent_run_id
         try:
             runs = tracking.search(uri, config.mlflow.experiment_name, f"tags.mlflow.parentRunId = '{parent}'")
             t = report.tidy(runs)
@@ -78,4 +67,4 @@ class SweepCallback(Callback):
                       uri, e, config.hydra.sweep.dir, parent)
             return
         print(f"\n{len(runs)} runs under parent {parent} in {uri}")
-        print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state['experiment_id'])}")
+        print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state.experiment_id)}")

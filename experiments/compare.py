@@ -9,8 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-PARAMS = {"framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
-          "param_count", "repeat"}
+from experiments.config import DEFAULT_BASELINE
+from experiments.records import PARAMS
 
 
 def filter_string(pairs: list[str], extra: str | None, sweep: str | None) -> str:
@@ -30,40 +30,57 @@ def filter_string(pairs: list[str], extra: str | None, sweep: str | None) -> str
     return " and ".join(clauses)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__)
-    p.add_argument("filters", nargs="*", help="key=value: a param (model, framework, precision, batch_size, ...) "
-                                              "or a tag (torch_version, env_fingerprint, ...)")
+def add_selection(p: argparse.ArgumentParser) -> None:
+    """The run selection of compare and export: key=value pairs, --filter, --sweep, --uri, --experiment."""
+    p.add_argument("filters", nargs="*", help="key=value: a param (model, framework, mode, precision, batch_size, "
+                                              "device, ...) or a tag (torch_version, env_fingerprint, ...)")
     p.add_argument("--filter", help="an MLflow filter string, AND-ed with the pairs")
-    p.add_argument("--sweep", help="the parent run id of a sweep: compare its points")
-    p.add_argument("--baseline", default="torch-eager fp32", help="variant for speedups (default: %(default)s)")
-    p.add_argument("--out", type=Path, help="write report.md, report.html, summary.csv and the PNGs here")
+    p.add_argument("--sweep", help="the parent run id of a sweep: its points only")
     p.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)")
     p.add_argument("--experiment", default="nnbench")
+
+
+def select(a: argparse.Namespace, prog: str):
+    """The selected runs as `report.tidy` rows, the store's URI and the filter string; raises with one line.
+
+    `prog`: the command to name in the message (experiments.compare or experiments.export)."""
+    from experiments import report, tracking  # after parsing: mlflow is slow to import
+
+    uri = tracking.store_uri(a.uri)
+    fs = filter_string(a.filters, a.filter, a.sweep)
+    t = report.tidy(tracking.search(uri, a.experiment, fs))
+    if t.empty:
+        raise LookupError(f"no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
+                     f"check the filters (python -m {prog} --help)")
+    return t, uri, fs
+
+
+def fail(prog: str, e: Exception | str) -> int:
+    """One line on stderr (a bad filter, an unreachable store, nothing selected), exit status 2."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    print(f"nnbench {prog}: error: {first}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.compare", description=__doc__)
+    add_selection(p)
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, help="variant for speedups (default: %(default)s)")
+    p.add_argument("--out", type=Path, help="write report.md, report.html, summary.csv and the PNGs here")
     p.add_argument("--by", help="judge changes across this tag or param: jax_version, torch_version, "
                                 "nnbench_git_commit, env_fingerprint, run_date, ...")
     p.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (default 5%%)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (default %(default)s)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 if any point is significantly slower")
     a = p.parse_args(argv)
-
-    from experiments import report, tracking
-
-    uri = tracking.store_uri(a.uri)
     try:
-        fs = filter_string(a.filters, a.filter, a.sweep)
-        runs = tracking.search(uri, a.experiment, fs)
-    except Exception as e:  # a bad filter or an unreachable store: one line, no traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"nnbench compare: error: {first}", file=sys.stderr)
-        return 2
-    t = report.tidy(runs)
-    if t.empty:
-        print(f"nnbench compare: error: no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
-              "check the filters (python -m experiments.compare --help)", file=sys.stderr)
-        return 2
+        t, uri, fs = select(a, "experiments.compare")
+    except Exception as e:
+        return fail("compare", e)
     if a.by:
         return by_version(a, t, uri, fs)
+    from experiments import report
+
     print(report.markdown(report.summary(t, a.baseline)))
     if a.out:
         report.write(t, a.out, a.baseline, title=f"nnbench: {fs or a.experiment}")
@@ -74,20 +91,17 @@ def main(argv: list[str] | None = None) -> int:
 def by_version(a: argparse.Namespace, t, uri: str, fs: str) -> int:
     from functools import cache
 
-    from experiments import report, tracking
+    from experiments import changes, tracking
 
     if a.by not in t.columns:
         known = sorted(c for c in t.columns if c.endswith(("_version", "_commit", "fingerprint", "_date")))
-        print(f"nnbench compare: error: no tag or param {a.by!r} in the selected runs: use one of "
-              f"{', '.join(known)}", file=sys.stderr)
-        return 2
+        return fail("compare", f"no tag or param {a.by!r} in the selected runs: use one of {', '.join(known)}")
     samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
-    c = report.changes(t, a.by, lambda run_id, op: samples(run_id)[op]["samples_s"], a.threshold, a.alpha)
+    c = changes.changes(t, a.by, lambda run_id, op: samples(run_id)[op]["samples_s"], a.threshold, a.alpha)
     if c.empty:
-        print(f"nnbench compare: error: no point was measured with two values of {a.by} "
-              f"(values: {', '.join(sorted(t[a.by].dropna().astype(str).unique())) or 'none'})", file=sys.stderr)
-        return 2
-    print(report.changes_markdown(c))
+        values = ", ".join(sorted(t[a.by].dropna().astype(str).unique())) or "none"
+        return fail("compare", f"no point was measured with two values of {a.by} (values: {values})")
+    print(changes.changes_markdown(c))
     if ((c["runs_old"] == 1) | (c["runs_new"] == 1)).any():
         print("\nnote: a side measured in a single process cannot show process-to-process drift, which can exceed "
               "the change; measure replicates interleaved, e.g. -m repeat=0,1,2,3,4 runtime.python=A,B (see README)")
@@ -95,7 +109,7 @@ def by_version(a: argparse.Namespace, t, uri: str, fs: str) -> int:
     print(f"\n{len(c)} changes: " + ", ".join(f"{n} {v}" for v, n in counts.items())
           + f" (threshold {a.threshold:.0%}, alpha {a.alpha})")
     if a.out:
-        report.write_changes(t, c, a.by, a.out, title=f"nnbench: changes across {a.by} ({fs or a.experiment})")
+        changes.write_changes(t, c, a.by, a.out, title=f"nnbench: changes across {a.by} ({fs or a.experiment})")
         print(f"report: {a.out / 'report.md'}, {a.out / 'report.html'}")
     return 1 if a.fail_on_regression and counts.get("slower", 0) else 0
 

@@ -1,17 +1,27 @@
-"""Typed config schema (Hydra ConfigStore), so a misspelled key or option fails at composition."""
+"""Typed config schema (Hydra ConfigStore), so a misspelled key or option fails at composition.
+
+The names every other module uses are defined here once: frameworks (one `<name>_backend.py` each),
+ops, and the default report baseline. Hydra is imported only by `register()`, so the measuring child
+can import these names without it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
+
+from experiments.timing import Budget
 
 
-class Framework(Enum):
-    jax = "jax"
-    torch = "torch"
+def frameworks() -> list[str]:
+    """Frameworks by naming convention: `experiments/backends/<name>_backend.py` (not imported here)."""
+    return sorted(p.stem.removesuffix("_backend") for p in (Path(__file__).parent / "backends").glob("*_backend.py"))
+
+
+Framework = Enum("Framework", {name: name for name in frameworks()})
 
 
 class Precision(Enum):
@@ -33,6 +43,10 @@ class Op(Enum):
     grad = "grad"
 
 
+OPS = tuple(op.value for op in Op)
+DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
+
+
 @dataclass
 class FrameworkConf:
     name: Framework = MISSING
@@ -46,15 +60,10 @@ class PrecisionConf:
 
 
 @dataclass
-class BenchConf:
-    warmup_s: float = 0.2
-    warmup_calls: int = 5
-    min_samples: int = 10
-    max_samples: int = 1000
-    max_time_s: float = 5.0
-    target_rel_ci: float = 0.02
-    min_block_s: float = 0.002
-    timeout_s: float = 300.0  # per point, child start and compile included
+class BenchConf(Budget):
+    """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the child's timeout."""
+
+    timeout_s: float = MISSING  # per point, child start and compile included
 
 
 @dataclass
@@ -70,7 +79,7 @@ class RuntimeConf:
 
 @dataclass
 class ReportConf:
-    baseline: str = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
+    baseline: str = DEFAULT_BASELINE
 
 
 @dataclass
@@ -78,7 +87,7 @@ class Config:
     framework: FrameworkConf = field(default_factory=FrameworkConf)
     model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); checked by models.load
     precision: PrecisionConf = field(default_factory=PrecisionConf)
-    bench: BenchConf = field(default_factory=BenchConf)
+    bench: BenchConf = MISSING  # conf/bench/*.yaml sets every key
     batch_size: Optional[int] = None  # null: the model's seed lists per op
     ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])
     device: Device = Device.auto
@@ -90,6 +99,9 @@ class Config:
 
 
 def register() -> None:
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
     ConfigStore.instance().store(name="schema", node=Config)
     OmegaConf.register_new_resolver("nnbench.size", size_for_device, replace=True, use_cache=True)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
+from experiments.job import TIMES, JobTimes
 from experiments.timing import Budget, measure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,9 @@ def harness_ratio(rounds: int = 7) -> tuple[float, float, float]:
     def sync(_):
         pass
 
-    budget = Budget(warmup_s=0.1, min_samples=100, max_samples=100, max_time_s=1e9, target_rel_ci=0.0)
+    default = yaml.safe_load((ROOT / "conf" / "bench" / "default.yaml").read_text())
+    budget = Budget.of(default | {"warmup_s": 0.1, "min_samples": 100, "max_samples": 100, "max_time_s": 1e9,
+                                  "target_rel_ci": 0.0})
     harness, bare = [], []
     for _ in range(rounds):
         m = measure(fn, sync, budget)
@@ -50,8 +53,8 @@ def harness_ratio(rounds: int = 7) -> tuple[float, float, float]:
     return h, b, h / b
 
 
-def sweep(bench: str, workdir: Path) -> tuple[float, list[tuple[float, float, float]]]:
-    """Run the README sweep; return its wall time and each job's (wall, measuring, fixed cost)."""
+def sweep(bench: str, workdir: Path) -> tuple[float, list[JobTimes]]:
+    """Run the README sweep; return its wall time and where each job's time went."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["PYTHONPATH"] = str(ROOT)
     t0 = time.perf_counter()
@@ -60,8 +63,7 @@ def sweep(bench: str, workdir: Path) -> tuple[float, list[tuple[float, float, fl
     wall = time.perf_counter() - t0
     if r.returncode:
         sys.exit(r.stderr[-2000:])
-    jobs = re.findall(r"job: ([\d.]+) s wall, ([\d.]+) s measuring, ([\d.]+) s fixed cost", r.stdout + r.stderr)
-    return wall, [tuple(map(float, j)) for j in jobs]
+    return wall, [JobTimes.from_json(p.read_text()) for p in sorted(workdir.rglob(TIMES))]
 
 
 def main() -> None:
@@ -76,9 +78,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             wall, jobs = sweep(bench, Path(tmp))
         print(f"README sweep, bench={bench}: {wall:.1f} s wall (goal < {goal} s)")
-        for i, (jw, meas, fixed) in enumerate(jobs):
-            print(f"  job {i}: {jw:.2f} s, measuring {meas:.2f} s, fixed cost {fixed:.2f} s (goal <= 3 s)")
-        print(f"  start-up outside the jobs (Hydra, imports, store, checks): {wall - sum(j[0] for j in jobs):.2f} s")
+        for i, j in enumerate(jobs):
+            print(f"  job {i}: {j.wall_s:.2f} s, measuring {j.measuring_s:.2f} s, fixed cost {j.fixed_s:.2f} s "
+                  "(goal <= 3 s)")
+        print(f"  start-up outside the jobs (Hydra, imports, store, checks): {wall - sum(j.wall_s for j in jobs):.2f} s")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-OPS = ("inference", "training", "grad")
-STATS = ("median_s", "p25_s", "p75_s", "ci95_low_s", "ci95_high_s", "min_s", "n_samples", "first_call_s",
-         "throughput_samples_per_s")
-PARAMS = ("framework", "mode", "model", "precision", "batch_size", "device")
-DEFAULT_BASELINE = "torch-eager fp32"
+from experiments.config import DEFAULT_BASELINE, OPS  # noqa: E402
+from experiments.records import PARAMS  # noqa: E402
+from experiments.timing import STATS  # noqa: E402
 
 
 def tidy(runs: pd.DataFrame) -> pd.DataFrame:
@@ -30,19 +28,19 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
             row = {"run_id": r["run_id"], "run_name": r.get("tags.mlflow.runName"), "op": op,
                    "start_time": r.get("start_time")}
             row |= {p: r.get(f"params.{p}") for p in PARAMS}
-            row |= {s: r[f"metrics.{op}_{s}"] for s in STATS}
+            row |= {s: r.get(f"metrics.{op}_{s}") for s in STATS}
             row |= {c[5:]: r[c] for c in runs.columns if c.startswith("tags.") and not c.startswith("tags.mlflow.")}
             rows.append(row)
     t = pd.DataFrame(rows)
     if t.empty:
         return t
     t["batch_size"] = t["batch_size"].astype(int)
-    t["label"] = t["mode"] + " " + t["precision"]
+    t["variant"] = t["mode"] + " " + t["precision"]
     t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
-    return t.sort_values(["model", "op", "label", "batch_size"], ignore_index=True)
+    return t.sort_values(["model", "op", "variant", "batch_size"], ignore_index=True)
 
 
-POINT = ["model", "op", "batch_size", "label", "device"]
+POINT = ["model", "op", "batch_size", "variant", "device"]
 
 
 def points(t: pd.DataFrame) -> pd.DataFrame:
@@ -52,44 +50,45 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     out["ci95_low_s"], out["ci95_high_s"] = g["ci95_low_s"].min(), g["ci95_high_s"].max()
     out["n_samples"], out["runs"] = g["n_samples"].sum(), g.size()
     out["run_id"] = g["run_id"].agg(",".join)
+    out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
     out = out.reset_index()
     out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
     return out
 
 
 def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[str, pd.DataFrame]:
-    """The lines of one figure: label -> batch size, y and its p25-p75 band (time) or the same for throughput."""
+    """The lines of one figure: variant -> batch size, y and its p25-p75 band (time) or the same for throughput."""
     t = points(t)
     sub = t[(t["model"] == model) & (t["op"] == op)]
     out = {}
-    for label, g in sub.groupby("label", sort=True):
+    for variant, g in sub.groupby("variant", sort=True):
         g = g.sort_values("batch_size")
         if y == "median_s":
-            out[label] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["median_s"],
+            out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["median_s"],
                                        "lo": g["p25_s"], "hi": g["p75_s"]}).reset_index(drop=True)
         else:  # throughput: the band follows from the time quartiles
-            out[label] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["throughput_samples_per_s"],
+            out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["throughput_samples_per_s"],
                                        "lo": g["batch_size"] / g["p75_s"],
                                        "hi": g["batch_size"] / g["p25_s"]}).reset_index(drop=True)
     return out
 
 
 def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
-    """Baseline median / median per (model, op, batch size, label): > 1 means faster than the baseline."""
+    """Baseline median / median per (model, op, batch size, variant): > 1 means faster than the baseline."""
     t = points(t)
-    base = t[t["label"] == baseline].set_index(["model", "op", "batch_size"])["median_s"]
+    base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])["median_s"]
     s = t.join(base.rename("baseline_s"), on=["model", "op", "batch_size"])
     s = s.dropna(subset=["baseline_s"])
     s["speedup"] = s["baseline_s"] / s["median_s"]
-    return s[["model", "op", "batch_size", "label", "median_s", "baseline_s", "speedup"]].reset_index(drop=True)
+    return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup"]].reset_index(drop=True)
 
 
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
-    """The table: one row per (model, op, batch size, label) with median, spread, CI and speedup."""
-    s = points(t)[["model", "op", "batch_size", "label", "median_s", "p25_s", "p75_s", "ci95_low_s",
+    """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
+    s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
                    "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "run_id"]]
-    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "label"])["speedup"]
-    s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "label"])
+    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])["speedup"]
+    s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "variant"])
     return s.reset_index(drop=True)
 
 
@@ -97,7 +96,7 @@ def markdown(s: pd.DataFrame) -> str:
     """Medians in ms with the p25-p75 spread, readable in a terminal, an issue or a PR."""
     (speedup,) = [c for c in s.columns if c.startswith("speedup_vs_")]
     view = pd.DataFrame({
-        "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["label"],
+        "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["variant"],
         "median ms": (s["median_s"] * 1e3).map("{:.4g}".format),
         "p25–p75 ms": [f"{a * 1e3:.4g}–{b * 1e3:.4g}" for a, b in zip(s["p25_s"], s["p75_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
@@ -106,7 +105,7 @@ def markdown(s: pd.DataFrame) -> str:
     return view.to_markdown(index=False)
 
 
-def _title(model: str, op: str) -> str:
+def figure_title(model: str, op: str) -> str:
     return f"{'Training step' if op == 'training' else op.capitalize()}: {model}"
 
 
@@ -114,8 +113,8 @@ def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "media
     """Seed 000's picture: y vs batch size on log2-log2 axes, one line per variant, p25-p75 band."""
     fig, ax = plt.subplots(figsize=(8, 5.6))
     lines = series(t, model, op, y)
-    for label, d in lines.items():
-        (line,) = ax.plot(d["batch_size"], d["y"], marker="o", linewidth=2, label=label)
+    for variant, d in lines.items():
+        (line,) = ax.plot(d["batch_size"], d["y"], marker="o", linewidth=2, label=variant)
         ax.fill_between(d["batch_size"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
@@ -123,7 +122,7 @@ def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "media
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("Batch size (log2 scale)")
     ax.set_ylabel("Time per call (s) (log2 scale)" if y == "median_s" else "Throughput (samples/s) (log2 scale)")
-    ax.set_title(_title(model, op) + ("" if y == "median_s" else " (throughput)"), fontweight="bold")
+    ax.set_title(figure_title(model, op) + ("" if y == "median_s" else " (throughput)"), fontweight="bold")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left" if y == "median_s" else "lower right")
     fig.tight_layout()
@@ -135,11 +134,11 @@ def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "media
 def plot_speedup(t: pd.DataFrame, baseline: str, path: Path) -> Path | None:
     """Bars of speedup against the baseline per (model, op, batch size), one bar per variant."""
     s = speedups(t, baseline)
-    s = s[s["label"] != baseline]
+    s = s[s["variant"] != baseline]
     if s.empty:
         return None
     s["point"] = s["model"] + " " + s["op"] + " bs" + s["batch_size"].astype(str)
-    wide = s.pivot_table(index="point", columns="label", values="speedup", sort=False)
+    wide = s.pivot_table(index="point", columns="variant", values="speedup", sort=False)
     ax = wide.plot.barh(figsize=(8, max(3, 0.35 * len(wide) * max(1, len(wide.columns)))))
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xlabel(f"Speedup vs {baseline} (× , higher is faster)")
@@ -195,90 +194,3 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     pages(out, title, s, markdown(s), pngs, note)
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
     return {p.name: p for p in out.iterdir()}
-
-
-def ordered(values, first_seen: pd.Series) -> list[str]:
-    """Versions in version order when they all parse as versions, else in the order they first ran."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return sorted(values, key=Version)
-    except InvalidVersion:
-        return sorted(values, key=lambda v: first_seen[v])
-
-
-def with_value(t: pd.DataFrame, by: str) -> tuple[pd.DataFrame, pd.Series]:
-    """Rows that have a value for `by` (as text), and when each value first ran."""
-    t = t.dropna(subset=[by]).astype({by: str})
-    return t, t.groupby(by)["start_time"].min()
-
-
-def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
-    """Per point, each value of `by` against the one before it: ratio, bootstrap CI, U-test p, verdict.
-
-    Every run of a (point, value) counts as one measuring process (replicates: repeat=0,1,...).
-    `samples_of(run_id, op)` returns that run's raw per-call samples (the samples.json artifact).
-    """
-    from experiments.verdict import compare
-
-    t, first_seen = with_value(t, by)
-    rows = []
-    for key, g in t.groupby(POINT, dropna=False):
-        values = ordered(list(g[by].unique()), first_seen)
-        runs = {v: list(g.loc[g[by] == v, "run_id"]) for v in values}
-        for old, new in zip(values, values[1:]):
-            a, b = ([samples_of(r, key[1]) for r in runs[v]] for v in (old, new))
-            v = compare(a, b, threshold, alpha)
-            rows.append(dict(zip(POINT, key)) | {
-                "old": old, "new": new, "runs_old": len(a), "runs_new": len(b),
-                "old_median_s": g.loc[g[by] == old, "median_s"].median(),
-                "new_median_s": g.loc[g[by] == new, "median_s"].median(),
-                "ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
-                "verdict": v.verdict, "old_run_ids": ",".join(runs[old]), "new_run_ids": ",".join(runs[new])})
-    return pd.DataFrame(rows)
-
-
-def changes_markdown(c: pd.DataFrame) -> str:
-    view = pd.DataFrame({
-        "model": c["model"], "op": c["op"], "batch": c["batch_size"], "variant": c["label"],
-        "old → new": c["old"] + " → " + c["new"],
-        "runs": c["runs_old"].astype(str) + "+" + c["runs_new"].astype(str),
-        "median ms": [f"{a * 1e3:.4g} → {b * 1e3:.4g}" for a, b in zip(c["old_median_s"], c["new_median_s"])],
-        "new/old": c["ratio"].map("{:.3f}".format),
-        "95% CI": [f"[{a:.3f}, {b:.3f}]" for a, b in zip(c["ci95_low"], c["ci95_high"])],
-        "p (U test)": c["p_value"].map("{:.2g}".format), "verdict": c["verdict"],
-    })
-    return view.to_markdown(index=False)
-
-
-def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
-    """Median per call against `by` (ordered as in `changes`): a dot per run, a line through the medians."""
-    t, first_seen = with_value(t[(t["model"] == model) & (t["op"] == op)], by)
-    values = ordered(list(t[by].unique()), first_seen)
-    x = {v: i for i, v in enumerate(values)}
-    fig, ax = plt.subplots(figsize=(8, 5.6))
-    for (label, bs), g in t.groupby(["label", "batch_size"]):
-        mid = g.groupby(by)["median_s"].median()
-        mid = mid.iloc[mid.index.map(x).argsort()]
-        (line,) = ax.plot(mid.index.map(x), mid.values, marker="o", label=f"{label} bs{bs}")
-        ax.scatter(g[by].map(x), g["median_s"], color=line.get_color(), alpha=0.5, s=12)
-    ax.set_xticks(range(len(values)), values, rotation=20)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel(by)
-    ax.set_ylabel("Time per call (s) (log2 scale)")
-    ax.set_title(f"{_title(model, op)} across {by}", fontweight="bold")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: str) -> None:
-    """report.md/html with the verdict table and a trend plot per (model, op); changes.csv."""
-    out.mkdir(parents=True, exist_ok=True)
-    c.to_csv(out / "changes.csv", index=False)
-    pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
-            for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
-    pages(out, title, c, changes_markdown(c), pngs)

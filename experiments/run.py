@@ -11,8 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import job
+from experiments import job, preflight
 from experiments.config import register
+from experiments.sweep import Sweep, open_sweep
 
 register()
 log = logging.getLogger("nnbench")
@@ -24,39 +25,30 @@ def main(cfg: DictConfig) -> None:
     from experiments import tracking  # after Hydra has parsed the command line: mlflow is slow to import
 
     out = Path(hc.runtime.output_dir)
-    if hc.mode == RunMode.MULTIRUN:  # the sweep callback checked every job and counted the points
-        sweep = job.Sweep(Path(hc.sweep.dir))
-    else:
-        try:
-            job.check(c := job.as_dict(cfg))
-        except job.BadInput as e:
-            sys.exit(f"nnbench: error: {e}")
-        sweep = job.Sweep(out)
-        sweep.start(points=len(job.plan(c, job.model_spec(c))))
-    uri = tracking.store_uri(cfg.mlflow.tracking_uri)
-    try:
-        exp_id = tracking.open_store(uri, cfg.mlflow.experiment_name)
-    except tracking.StoreUnavailable as e:
-        if hc.mode != RunMode.MULTIRUN:
-            sys.exit(f"nnbench: error: {e}")
-        exp_id = None  # the store went away during the sweep: measure anyway, results stay on disk
-        log.error("%s", e)
+    sweep_dir = Path(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else out
+    try:  # a sweep's callback has checked every job and opened the store; a single run does it here
+        if hc.mode == RunMode.MULTIRUN:
+            this, state = preflight.check(preflight.as_dict(cfg)), Sweep(sweep_dir).read()
+        else:
+            (this,) = preflight.jobs([preflight.as_dict(cfg)])
+            state = open_sweep(out, [this], cfg.mlflow)
+    except (preflight.BadInput, tracking.StoreUnavailable) as e:
+        sys.exit(f"nnbench: error: {e}")
 
     def on_record(rec, directory):
-        log.info("%s %s: %s", sweep.tick(), rec.run_name, job.summary(rec))
+        log.info("%s %s: %s", Sweep(sweep_dir).tick(), rec.run_name, job.summary(rec))
         try:
-            if exp_id is None:
-                raise tracking.StoreUnavailable("the store could not be opened when this job started")
             (directory / "mlflow_run_id").write_text(
-                tracking.log_record(uri, exp_id, rec, directory, job.parent_run_id(sweep)))
+                tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id))
         except Exception as e:  # the record is on disk already; the sweep goes on
             log.error("could not log %s to %s (%s); it is kept in %s: log it later with "
-                      "`python -m experiments.upload %s`", rec.run_name, uri, e, directory, directory)
+                      "`python -m experiments.upload %s`", rec.run_name, state.uri, e, directory, directory)
 
-    recs = job.run_job(cfg, out, on_record)
-    wall, measuring = time.perf_counter() - start, job.measuring_s(recs)
-    log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", wall, measuring,
-             wall - measuring, len(recs))
+    recs = job.run_job(this, out, on_record)
+    times = job.JobTimes(time.perf_counter() - start, job.measuring_s(recs), len(recs))
+    (out / job.TIMES).write_text(times.to_json())
+    log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s, times.measuring_s,
+             times.fixed_s, times.points)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -11,17 +11,22 @@ import numpy as np
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Budget:
-    """How long to measure one op; the bench config group fills it."""
+    """How long to measure one op. No defaults here: the bench config group (conf/bench/*.yaml) sets them all."""
 
-    warmup_s: float = 0.2  # steady-state warm-up after the first call...
-    warmup_calls: int = 5  # ...and at least this many calls (caches and allocators settle over a few calls)
-    min_samples: int = 10
-    max_samples: int = 1000
-    max_time_s: float = 5.0  # sampling budget per op, warm-up excluded
-    target_rel_ci: float = 0.02  # stop once the 95% CI of the median is within ±this fraction
-    min_block_s: float = 0.002  # short calls are repeated in blocks at least this long
+    warmup_s: float  # steady-state warm-up after the first call...
+    warmup_calls: int  # ...and at least this many calls (caches and allocators settle over a few calls)
+    min_samples: int
+    max_samples: int
+    max_time_s: float  # sampling budget per op, warm-up excluded
+    target_rel_ci: float  # stop once the 95% CI of the median is within ±this fraction
+    min_block_s: float  # short calls are repeated in blocks at least this long
+
+    @classmethod
+    def of(cls, bench: dict) -> "Budget":
+        """The budget part of a bench config (which also holds harness keys such as timeout_s)."""
+        return cls(**{f.name: bench[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -142,8 +147,8 @@ class Stats:
     first_call_s: float
     throughput_samples_per_s: float
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+
+STATS = tuple(f.name for f in fields(Stats))  # the per-op metric names: `<op>_<stat>`
 
 
 def summarize(m: Measurement, batch: int) -> Stats:

@@ -100,6 +100,8 @@ def run_link(experiment_id: str, server: str = "http://127.0.0.1:5000") -> str:
 
 def search(uri: str, experiment_name: str, filter_string: str = ""):
     """Runs of the experiment matching an MLflow filter, as a pandas DataFrame (one row per run)."""
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        raise LookupError(f"no store at {uri}: run a sweep here first, or pass --uri")  # don't create one
     mlflow.set_tracking_uri(uri)
     if MlflowClient(uri).get_experiment_by_name(experiment_name) is None:
         raise LookupError(f"no experiment {experiment_name!r} in {uri}")

@@ -14,7 +14,9 @@ MARKER = "mlflow_run_id"
 
 
 def pending(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.glob("**/points/*/record.json") if not (p.parent / MARKER).exists())
+    from experiments.records import META
+
+    return sorted(p.parent for p in root.glob(f"**/points/*/{META}") if not (p.parent / MARKER).exists())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment", default="nnbench")
     a = p.parse_args(argv)
 
-    from experiments import job, records, tracking
+    from experiments import records, tracking
+    from experiments.sweep import Sweep
 
     todo = pending(a.directory)
     if not todo:
@@ -37,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nnbench upload: error: {e}", file=sys.stderr)
         return 2
     for directory in todo:
-        sweep = job.Sweep(directory.parents[2]).read()  # <sweep>/<job>/points/<point>
-        parent = sweep.get("parent_run_id") if sweep.get("uri") == uri else None
-        run_id = tracking.log_record(uri, exp_id, records.Record.load(directory), directory, parent)
+        rec = records.Record.load(directory)
+        sweep = Sweep.above(directory)
+        state = sweep.read() if sweep else None
+        parent = state.parent_run_id if state and state.uri == uri else None
+        run_id = tracking.log_record(uri, exp_id, rec, directory, parent)
         (directory / MARKER).write_text(run_id)
         print(f"{directory} -> run {run_id}")
     return 0

@@ -1,19 +1,18 @@
-"""Measuring child: `python -m experiments.worker SPEC RESULTS` times one job's points with one framework.
+"""Measuring child: `python -m experiments.worker REQUEST RESULTS` times one job's points with one framework.
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
 only the point in progress) and never talks to MLflow.
 """
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import models
 from experiments import timing
 from experiments.backends import DeviceUnavailable, Unsupported, load
 from experiments.environment import host_record
+from experiments.protocol import OpResult, PointResult, Request
 
 
 def check_device(step, out, configured: str) -> str:
@@ -24,56 +23,44 @@ def check_device(step, out, configured: str) -> str:
     return actual
 
 
-def measure_point(backend, spec, model, batch: int, ops: list[str], budget: timing.Budget, device: str) -> dict:
-    out: dict[str, dict] = {}
-    for op in ops:
-        try:
-            step = backend.prepare(model, op, batch, spec["compile"], spec["seed"])
-        except Unsupported as e:
-            out[op] = {"status": "skipped", "reason": str(e)}
-            continue
-        seen: list[str] = []
-        m = timing.measure(step.fn, step.sync, budget, inspect=lambda o: seen.append(check_device(step, o, device)))
-        out[op] = {"status": "ok", "device": seen[0], "block": m.block, "stop_reason": m.stop_reason,
-                   "elapsed_s": m.elapsed_s, "samples_s": m.samples_s, "stats": timing.summarize(m, batch).as_dict()}
-        del step  # free this op's model and state before the next one is built
-    return out
-
-
-def main(spec_path: str, results_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    backend = load(spec["framework"])
-    env = host_record()
-    env["precision_policy"] = f"{spec['precision']}/tf32-{'on' if spec['tf32'] else 'off'}"
+def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str) -> OpResult:
     try:
-        device = backend.configure(spec["precision"], spec["device"], spec["tf32"])
-        skip = None
+        step = backend.prepare(spec, op, batch, req.compile, req.seed)
     except Unsupported as e:
-        device, skip = "n/a", str(e)
+        return OpResult("skipped", reason=str(e))
+    seen: list[str] = []
+    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)))
+    return OpResult("ok", device=seen[0], measurement=m, stats=timing.summarize(m, batch))
+
+
+def main(request_path: str, results_path: str) -> int:
+    req = Request.from_json(Path(request_path).read_text())
+    backend = load(req.framework)
+    env = host_record() | {"precision_policy": f"{req.precision}/tf32-{'on' if req.tf32 else 'off'}"}
+    try:
+        device = backend.configure(req.precision, req.device, req.tf32)
     except DeviceUnavailable as e:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
-    env.update(backend.environment())
-    model = models.load(**spec["model"])
-    names = {f.name for f in fields(timing.Budget)}
-    budget = timing.Budget(**{k: v for k, v in spec["bench"].items() if k in names})
+    env |= backend.environment()
+    spec = models.load(**req.model)
     with open(results_path, "a") as f:
-        for point in spec["points"]:
-            if skip:
-                ops = {op: {"status": "skipped", "reason": skip} for op in point["ops"]}
-            else:
-                ops = measure_point(backend, spec, model, point["batch_size"], point["ops"], budget, device)
-            line = {"batch_size": point["batch_size"], "device": device, "environment": env, "ops": ops}
-            f.write(json.dumps(line) + "\n")
+        for point in req.points:
+            # each op's model and state are freed before the next op is built
+            ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
+            f.write(PointResult(point.batch_size, device, env, ops).to_json() + "\n")
             f.flush()
     return 0
 
 
 def probe(framework: str, precision: str, device: str) -> int:
-    """Check that the framework can give this device and precision, before a sweep writes anything."""
+    """Check that the framework imports and gives this device and precision, before a sweep writes anything."""
     try:
         print(load(framework).configure(precision, device, False))
-    except (DeviceUnavailable, Unsupported) as e:
+    except ImportError as e:
+        print(f"{e} (in {sys.executable}): install it, see README")
+        return 3
+    except DeviceUnavailable as e:
         print(e)
         return 3
     return 0

@@ -1,22 +1,31 @@
-"""Shared fixtures: composing the real config, and skipping GPU tests without a GPU."""
-from pathlib import Path
+"""Shared fixtures: composing the real config, a misbehaving stand-in interpreter, and skipping GPU tests."""
+import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments.config import register
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 register()
 
 
 @pytest.fixture
 def make_cfg():
-    """Compose the real config with overrides, as `python -m experiments.run` would."""
-    def _compose(*overrides: str):
+    """Compose the real config with overrides, as `python -m experiments.run` would (hydra=True: with its node)."""
+    def _compose(*overrides: str, hydra: bool = False):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
+            return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
     return _compose
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """An executable that stands in for a venv's python and runs tests/helpers/fake_worker.py (FAKE_FAULT)."""
+    path = tmp_path / "fake-python"
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
 
 
 def _gpu_visible() -> bool:

@@ -8,20 +8,17 @@ import numpy as np
 import pytest
 
 import models
-from experiments.backends import OPS, DeviceUnavailable, Unsupported, jax_backend, load, torch_backend
+from experiments.backends import DeviceUnavailable, Unsupported, load, module
+from experiments.config import OPS, frameworks
+from tests.helpers import gpu_visible, tiny
 
-ADAPTERS = {"jax": jax_backend, "torch": torch_backend}
-TINY = {"matmul_chain": {"n": 16, "m": 2, "depth": 3}}
+ADAPTERS = {fw: module(fw) for fw in frameworks()}
 BATCH = 2
 # torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
 # only; the layers of the others are covered by the eager runs and by the parity tests. jax.jit runs on all.
 TORCH_COMPILED = ("mlp_relu", "lenet")
 CASES = [(name, fw, jit) for name in models.available() for fw in ADAPTERS for jit in (False, True)
          if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
-
-
-def tiny(name: str) -> models.ModelSpec:
-    return models.load(name, **TINY.get(name, {}))
 
 
 def configured(fw: str, precision: str = "fp32"):
@@ -45,17 +42,6 @@ def run(step):
     out = step.fn()
     step.sync(out)
     return out
-
-
-def gpu_visible(fw: str) -> bool:
-    if fw == "torch":
-        import torch
-        return torch.cuda.is_available()
-    import jax
-    try:
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
 
 
 @pytest.mark.parametrize("name,fw,jit", CASES)
@@ -154,3 +140,27 @@ def test_gpu_fp32_is_full_fp32(fw):
         assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5  # TF32 (10-bit mantissa) errs by about 1e-3
     finally:
         backend.configure("fp32", "cpu", False)
+
+
+MIRRORED = ("dtype", "make_model", "to_input", "make_loss", "forward", "loss_and_grads")
+
+
+def test_adapters_mirror_each_other():
+    """Reading one adapter teaches the other: the same helpers, with the same parameters."""
+    import inspect
+
+    def params(f):
+        return list(inspect.signature(f).parameters)
+
+    for name in MIRRORED:
+        assert len({tuple(params(getattr(m, name))) for m in ADAPTERS.values()}) == 1, name
+    for name in ("configure", "prepare", "environment"):
+        assert len({tuple(params(getattr(m.Backend, name))) for m in ADAPTERS.values()}) == 1, name
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+@pytest.mark.parametrize("layer", [models.Act("swish"), models.Flatten, "conv3d"], ids=["act", "class", "str"])
+def test_unknown_layer_is_unsupported_in_every_adapter(fw, layer):
+    spec = models.ModelSpec("odd", (models.Dense(32, 8), layer), (32,), {"inference": (2,)})
+    with pytest.raises(Unsupported, match=f"the {fw} backend has no layer"):
+        ADAPTERS[fw].make_model(spec, spec.init(0), "fp32", train=False)

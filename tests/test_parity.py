@@ -5,16 +5,13 @@ import numpy as np
 import pytest
 
 import models
-from experiments.backends import jax_backend, torch_backend
+from experiments.backends import module
+from tests.helpers import tiny
 
-TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3}}
+jax_backend, torch_backend = module("jax"), module("torch")
 # Batch 8, not 3: through BatchNorm at batch 3 float32 itself is the limit (jax vs torch grads differ by 2e-4,
 # each vs float64 alike); at batch 8 they agree to 2e-6.
 BATCH = 8
-
-
-def tiny(name: str) -> models.ModelSpec:
-    return models.load(name, **TINY.get(name, {}))
 
 
 def varied(spec: models.ModelSpec, seed: int = 1) -> dict[str, np.ndarray]:

@@ -4,7 +4,7 @@ import pytest
 
 from experiments import compare, report
 
-STATS = report.STATS
+from experiments.timing import STATS
 
 
 def fake_runs():
@@ -31,7 +31,7 @@ def fake_runs():
 def test_tidy_has_one_row_per_measured_op_and_drops_the_parent():
     t = report.tidy(fake_runs())
     assert len(t) == 2 * (4 + 2)
-    assert set(t["label"]) == {"torch-eager fp32", "jax-jit fp32"} and "parent" not in set(t["run_id"])
+    assert set(t["variant"]) == {"torch-eager fp32", "jax-jit fp32"} and "parent" not in set(t["run_id"])
 
 
 def test_time_series_has_one_line_per_variant_at_the_seed_batch_sizes():
@@ -55,8 +55,8 @@ def test_throughput_series_is_batch_over_time():
 
 def test_speedups_against_the_baseline():
     s = report.speedups(report.tidy(fake_runs()), "torch-eager fp32")
-    assert set(s[s["label"] == "jax-jit fp32"]["speedup"].round(6)) == {2.0}
-    assert set(s[s["label"] == "torch-eager fp32"]["speedup"]) == {1.0}
+    assert set(s[s["variant"] == "jax-jit fp32"]["speedup"].round(6)) == {2.0}
+    assert set(s[s["variant"] == "torch-eager fp32"]["speedup"]) == {1.0}
 
 
 def test_write_makes_every_file(tmp_path):

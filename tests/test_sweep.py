@@ -1,37 +1,14 @@
 """The README command end to end, in subprocesses, into real MLflow stores (sqlite, and a local server)."""
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_isolation import FAKE
-
-ROOT = Path(__file__).resolve().parent.parent
-STATS = ["median_s", "p25_s", "p75_s", "ci95_low_s", "ci95_high_s", "min_s", "mean_s", "std_s", "n_samples",
-         "first_call_s", "throughput_samples_per_s"]
-
-
-def run(args, cwd, **extra_env):
-    """`python -m experiments.run ARGS` as a user runs it in `cwd` (so ./mlruns is the default store)."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(PYTHONPATH=str(ROOT), **extra_env)
-    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def runs(uri, parents=False):
-    """The point runs (or only the sweeps' parent runs) of the nnbench experiment."""
-    mlflow.set_tracking_uri(uri)
-    df = mlflow.search_runs(experiment_names=["nnbench"])
-    is_parent = df.get("tags.nnbench.sweep", pd.Series("", index=df.index)).eq("true")
-    return df[is_parent] if parents else df[~is_parent]
+from experiments.timing import STATS
+from tests.helpers import ROOT, free_port, run, runs, serve
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +77,7 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
 @pytest.mark.slow
 def test_compare_report_matches_the_store(readme_sweep, tmp_path):
     cwd, uri, _ = readme_sweep
-    r = subprocess.run([sys.executable, "-m", "experiments.compare", "model=lenet", "--out", str(tmp_path / "rep")],
-                       cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    r = run(["model=lenet", "--out", str(tmp_path / "rep")], cwd, module="experiments.compare")
     assert r.returncode == 0, r.stderr
     assert "| lenet" in r.stdout and "torch-eager fp32" in r.stdout
     got = pd.read_csv(tmp_path / "rep" / "summary.csv")
@@ -121,8 +97,7 @@ def test_compare_report_matches_the_store(readme_sweep, tmp_path):
 ])
 def test_compare_fails_clearly(readme_sweep, args, message):
     cwd, _, _ = readme_sweep
-    r = subprocess.run([sys.executable, "-m", "experiments.compare", *args], cwd=cwd,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    r = run(args, cwd, module="experiments.compare")
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
@@ -150,12 +125,9 @@ def test_gpu_without_gpu_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
-    fake = tmp_path / "fake-python"
-    fake.write_text(FAKE.format(python=sys.executable))
-    fake.chmod(0o755)
+def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path, fake_python):
     r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick",
-             f"runtime.python={fake},null"], cwd=tmp_path, FAKE_FAULT="early")
+             f"runtime.python={fake_python},null"], cwd=tmp_path, FAKE_FAULT="early")
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert sorted(df["status"]) == ["FAILED", "FINISHED"]
@@ -163,16 +135,10 @@ def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert failed["tags.failure_reason"].startswith("child killed by SIGSEGV")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_tracking_server_via_environment(tmp_path):
-    port = _free_port()
-    server = _serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
+    port = free_port()
+    server = serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
     uri = f"http://127.0.0.1:{port}"
     try:
         r = run(["framework=torch", "model=mlp_relu", "batch_size=4", "bench=quick"], cwd=tmp_path,
@@ -185,22 +151,6 @@ def test_tracking_server_via_environment(tmp_path):
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
-
-
-def _serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    extra = ["--artifacts-destination", str(artifacts)] if artifacts else []
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", store, *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(120):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return server
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("mlflow server did not start")
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -216,8 +166,8 @@ def test_mlflow_ui_shows_the_sweep(readme_sweep):
     cwd, uri, _ = readme_sweep
     (parent,) = runs(uri, parents=True).itertuples()
     exp_id = parent.experiment_id
-    port = _free_port()
-    server = _serve(uri, port)
+    port = free_port()
+    server = serve(uri, port)
     shots = ROOT / "test-artifacts"
     shots.mkdir(exist_ok=True)
     base = f"http://127.0.0.1:{port}"
@@ -265,9 +215,28 @@ def test_parent_structure_holds_with_the_joblib_launcher(tmp_path):
 def test_unreachable_tracking_server_is_a_clear_error(tmp_path):
     t0 = time.monotonic()
     r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick"], cwd=tmp_path,
-            MLFLOW_TRACKING_URI=f"http://127.0.0.1:{_free_port()}")
+            MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}")
     assert r.returncode != 0 and time.monotonic() - t0 < 60
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("nnbench: error: cannot open the MLflow store at http://127.0.0.1:")
     assert "start the tracking server" in last
     assert not list(tmp_path.glob("multirun/*/*/*/points"))  # nothing was measured
+
+
+@pytest.mark.slow
+def test_store_lost_mid_sweep_keeps_every_point_for_upload(tmp_path, fake_python):
+    """The store breaks after the sweep opened it: the jobs measure on, say how to recover, and upload logs all."""
+    store = tmp_path / "mlruns" / "mlflow.db"
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2,8", "bench=quick", f"runtime.python={fake_python}"],
+            cwd=tmp_path, FAKE_FAULT="none", FAKE_BREAK_STORE=str(store))
+    out = r.stdout + r.stderr
+    assert out.count("could not log") == 2 and "python -m experiments.upload" in out
+    assert "could not finish the sweep's report" in out
+    saved = list(tmp_path.glob("multirun/**/points/*/record.json"))
+    assert len(saved) == 2 and not list(tmp_path.glob("multirun/**/points/*/mlflow_run_id"))
+    uri = f"sqlite:///{tmp_path}/elsewhere.db"
+    up = run([str(tmp_path / "multirun"), "--uri", uri], tmp_path, module="experiments.upload")
+    assert up.returncode == 0, up.stderr
+    df = runs(uri)
+    assert sorted(df["params.batch_size"]) == ["2", "8"] and set(df["status"]) == {"FINISHED"}
+    assert set(df["metrics.inference_median_s"]) == {0.001}

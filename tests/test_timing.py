@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.timing import Budget, Measurement, measure, median_ci_ranks, summarize
+from experiments.timing import Measurement, measure, median_ci_ranks, summarize
+from tests.helpers import budget
 
 
 class FakeClock:
@@ -66,7 +67,7 @@ def test_summary_statistics_match_numpy():
 def test_first_call_is_recorded_apart_from_the_samples():
     clock = FakeClock()
     fn = op(clock, [2.0] + [0.01] * 10_000)
-    m = measure(fn, noop_sync, Budget(warmup_s=0.05, min_samples=5, min_block_s=0.0), clock)
+    m = measure(fn, noop_sync, budget(warmup_s=0.05, min_samples=5, min_block_s=0.0), clock)
     assert m.first_call_s == pytest.approx(2.0)
     assert max(m.samples_s) == pytest.approx(0.01)
 
@@ -74,7 +75,7 @@ def test_first_call_is_recorded_apart_from_the_samples():
 def test_constant_op_stops_on_ci_at_min_samples():
     clock = FakeClock()
     fn = op(clock, [0.001] * 100_000)
-    m = measure(fn, noop_sync, Budget(warmup_s=0.01, min_samples=8, min_block_s=0.0), clock)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0), clock)
     assert m.stop_reason == "ci" and len(m.samples_s) == 8
 
 
@@ -82,7 +83,7 @@ def test_noisy_op_stops_on_time_budget():
     clock = FakeClock()
     rng = np.random.default_rng(0)
     fn = op(clock, rng.uniform(0.001, 0.1, 100_000))  # far too noisy for a ±1% CI
-    b = Budget(warmup_s=0.01, min_samples=5, max_time_s=2.0, target_rel_ci=0.01, min_block_s=0.0)
+    b = budget(warmup_s=0.01, min_samples=5, max_time_s=2.0, target_rel_ci=0.01, min_block_s=0.0)
     m = measure(fn, noop_sync, b, clock)
     assert m.stop_reason == "time"
     assert 2.0 <= sum(m.samples_s) <= 2.0 + 0.1  # stopped at the first sample past the budget
@@ -92,7 +93,7 @@ def test_noisy_op_narrows_until_ci_target_is_met():
     clock = FakeClock()
     rng = np.random.default_rng(1)
     fn = op(clock, rng.normal(0.01, 0.001, 100_000))
-    b = Budget(warmup_s=0.01, min_samples=5, max_time_s=100.0, target_rel_ci=0.02, min_block_s=0.0)
+    b = budget(warmup_s=0.01, min_samples=5, max_time_s=100.0, target_rel_ci=0.02, min_block_s=0.0)
     m = measure(fn, noop_sync, b, clock)
     assert m.stop_reason == "ci"
     s = summarize(m, 1)
@@ -105,14 +106,14 @@ def test_max_samples_caps_sampling():
     clock = FakeClock()
     rng = np.random.default_rng(2)
     fn = op(clock, rng.uniform(0.001, 0.1, 100_000))
-    b = Budget(warmup_s=0.01, min_samples=5, max_samples=30, max_time_s=1e9, target_rel_ci=0.001, min_block_s=0.0)
+    b = budget(warmup_s=0.01, min_samples=5, max_samples=30, max_time_s=1e9, target_rel_ci=0.001, min_block_s=0.0)
     assert len(measure(fn, noop_sync, b, clock).samples_s) == 30
 
 
 def test_short_calls_are_timed_in_blocks():
     clock = FakeClock()
     fn = op(clock, [0.0001] * 1_000_000)
-    m = measure(fn, noop_sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.002), clock)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.002), clock)
     assert m.block == 20
     assert np.allclose(m.samples_s, 0.0001)  # per-call time, not per-block
 
@@ -130,7 +131,7 @@ def test_sync_work_is_inside_the_timed_region():
         while pending:
             clock.t += pending.pop()
 
-    m = measure(fn, sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock)
+    m = measure(fn, sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock)
     assert np.median(m.samples_s) == pytest.approx(0.003)
     assert m.first_call_s == pytest.approx(0.003)
 
@@ -149,7 +150,7 @@ def test_inspect_sees_the_first_output_outside_the_timing():
         seen.append(out)
         clock.t += 5.0  # a slow check must not count as the first call or as a sample
 
-    m = measure(fn, noop_sync, Budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
     assert seen == [0]
     assert m.first_call_s == pytest.approx(0.001) and max(m.samples_s) == pytest.approx(0.001)
 
@@ -158,6 +159,6 @@ def test_warmup_takes_at_least_warmup_calls():
     """A slow op still gets several warm-up calls: its first few calls after the first are often slow too."""
     clock = FakeClock()
     durations = [1.0, 0.5, 0.3, 0.2, 0.1] + [0.1] * 10_000  # settles after a few calls
-    m = measure(op(clock, durations), noop_sync, Budget(warmup_s=0.01, warmup_calls=4, min_samples=5,
+    m = measure(op(clock, durations), noop_sync, budget(warmup_s=0.01, warmup_calls=4, min_samples=5,
                                                          min_block_s=0.0), clock)
     assert max(m.samples_s) == pytest.approx(0.1)

@@ -1,17 +1,18 @@
 """Results kept on disk reach the store later: nothing lost when the store was down during a sweep."""
 import mlflow
 
-from experiments import job, tracking, upload
-from tests.test_isolation import fake_python  # noqa: F401  (fixture)
+from experiments import job, preflight, tracking, upload
+from experiments.sweep import Sweep, SweepState
 
 
-def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):  # noqa: F811
+def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):
     monkeypatch.setenv("FAKE_FAULT", "segv")
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    recs = job.run_job(cfg, tmp_path / "multirun" / "0")  # measured, saved, never logged
+    recs = job.run_job(preflight.check(preflight.as_dict(cfg)), tmp_path / "multirun" / "0")  # never logged
     uri = f"sqlite:///{tmp_path}/store.db"
-    parent = tracking.start_parent(uri, tracking.prepare_store(uri, "nnbench"), "sweep", {})
-    job.Sweep(tmp_path / "multirun").start(parent_run_id=parent, uri=uri)  # as the sweep callback leaves it
+    exp = tracking.prepare_store(uri, "nnbench")
+    parent = tracking.start_parent(uri, exp, "sweep", {})
+    Sweep(tmp_path / "multirun").start(SweepState(uri, exp, parent, 1, 4, 0.0))  # as the sweep callback leaves it
     assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
     mlflow.set_tracking_uri(uri)
     df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"tags.mlflow.parentRunId = '{parent}'")

@@ -1,15 +1,13 @@
 """Framework upgrades: a second real environment, versions from the child, and verdicts across versions."""
-import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from experiments import records, tracking
-from tests.test_sweep import ROOT, run, runs
+from experiments.protocol import Point, PointResult
+from tests.helpers import ROOT, ok_op, run, runs
 
 OLD_JAX = "0.10.1"
 
@@ -36,9 +34,7 @@ def two_jax_sweep(tmp_path_factory):
 
 
 def compare(cwd, *args):
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([sys.executable, "-m", "experiments.compare", *args], cwd=cwd,
-                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    return run(list(args), cwd, module="experiments.compare")
 
 
 @pytest.mark.slow
@@ -69,6 +65,7 @@ def test_compare_by_version_gives_a_verdict_per_point(two_jax_sweep, tmp_path):
     assert f"{OLD_JAX} → {new_jax}" in r.stdout
 
 
+@pytest.mark.slow
 def test_interpreter_without_the_framework_is_a_clear_error(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     r = run(["framework=jax", "model=lenet", f"runtime.python={tmp_path / 'bare' / 'bin' / 'python'}"], cwd=tmp_path)
@@ -80,16 +77,11 @@ def test_interpreter_without_the_framework_is_a_clear_error(tmp_path):
 
 def _log_synthetic(uri, exp_id, version, median, rng, tmp):
     """A real run in a real store, with synthetic samples: a known truth for the exit code."""
-    s = list(median * rng.lognormal(0, 0.02, 50))
-    stats = {"median_s": float(pd.Series(s).median()), "p25_s": min(s), "p75_s": max(s), "ci95_low_s": min(s),
-             "ci95_high_s": max(s), "min_s": min(s), "mean_s": sum(s) / 50, "std_s": 0.0, "n_samples": 50,
-             "first_call_s": 0.1, "throughput_samples_per_s": 32 / median}
     cfg = {"framework": {"name": "torch", "compile": False}, "model": {"name": "lenet"},
            "precision": {"name": "fp32", "tf32": False}, "device": "cpu"}
-    line = {"device": "cpu", "environment": {"torch_version": version},
-            "ops": {"inference": {"status": "ok", "device": "cpu", "block": 1, "stop_reason": "ci", "elapsed_s": 1.0,
-                                  "samples_s": s, "stats": stats}}}
-    rec = records.build(cfg, {"batch_size": 32, "ops": ["inference"]}, line, 1)
+    line = PointResult(32, "cpu", {"torch_version": version},
+                       {"inference": ok_op(median, 32, list(median * rng.lognormal(0, 0.02, 50)))})
+    rec = records.build(cfg, Point(32, ("inference",)), line, 1)
     rec.save(tmp / version)
     tracking.log_record(uri, exp_id, rec, tmp / version)
 

@@ -1,18 +1,25 @@
-"""Framework adapters: one small module per framework, imported only when selected."""
+"""Framework adapters: `experiments/backends/<name>_backend.py`, one per framework, imported only when selected.
+
+Every adapter mirrors the others: a `Backend` class (configure, prepare, environment), `make_model`,
+`to_input` and `make_loss` with the same signatures, and the parity helpers `forward` and `loss_and_grads`
+(the `Reference` protocol). An unknown layer or activation raises `Unsupported` in every one.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
+from experiments.config import OPS
+
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
-OPS = ("inference", "training", "grad")
-MODULES = {"jax": "experiments.backends.jax_backend", "torch": "experiments.backends.torch_backend"}
 
 
 class Unsupported(Exception):
-    """This combination can't run here; the runner records a skipped op or run with this message."""
+    """This combination can't run here; the runner records a skipped op with this message."""
 
 
 class DeviceUnavailable(Exception):
@@ -40,6 +47,16 @@ class Backend(Protocol):
         """Allow-listed versions and device facts of the framework as imported in this process."""
 
 
+class Reference(Protocol):
+    """What the parity tests call in each adapter module: fp32, on the CPU, from canonical numpy weights."""
+
+    def forward(self, spec: Any, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Eval-mode output."""
+
+    def loss_and_grads(self, spec: Any, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+        """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+
+
 def check_op(spec: Any, op: str) -> None:
     """What no framework can do, whichever adapter is asked: an unknown op, or training constant weights."""
     if op not in OPS:
@@ -48,5 +65,14 @@ def check_op(spec: Any, op: str) -> None:
         raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
 
 
+def unsupported(framework: str, layer: Any) -> Unsupported:
+    return Unsupported(f"the {framework} backend has no layer {layer!r}")
+
+
+def module(framework: str):
+    """The adapter module, by naming convention (the parity tests use its `Reference` functions)."""
+    return import_module(f"{__name__}.{framework}_backend")
+
+
 def load(framework: str) -> Backend:
-    return import_module(MODULES[framework]).Backend()
+    return module(framework).Backend()

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from experiments.backends import DTYPES, DeviceUnavailable, Step, Unsupported, check_op
+from experiments.backends import DTYPES, DeviceUnavailable, Step, check_op, unsupported
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual)
 
@@ -55,7 +55,7 @@ def global_mean_pool(x):
     return x.mean(axis=(1, 2))
 
 
-def build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "") -> nnx.Sequential:
+def _build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "") -> nnx.Sequential:
     """nnx layers whose initializers return the given weights, so paths are "layers/<i>/kernel" etc."""
     rngs = nnx.Rngs(0)  # required by the constructors; every initializer below ignores it
 
@@ -81,7 +81,7 @@ def build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "")
                 bn.mean[...] = jnp.asarray(params[p + "mean"], dtype)
                 bn.var[...] = jnp.asarray(params[p + "var"], dtype)
                 mods.append(bn)
-            case Act(fn):
+            case Act(fn) if fn in ACTS:
                 mods.append(ACTS[fn])
             case MaxPool(k):
                 mods.append(partial(nnx.max_pool, window_shape=(k, k), strides=(k, k)))
@@ -92,30 +92,45 @@ def build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "")
             case Mean():
                 mods.append(jnp.mean)
             case Residual(inner):
-                mods.append(ResidualBlock(build(inner, params, dtype, p)))
+                mods.append(ResidualBlock(_build(inner, params, dtype, p)))
             case MatmulChain(_, depth):
                 weights = (jnp.asarray(params[p + k], dtype) for k in ("w1", "b1", "w2", "b2"))
                 mods.append(MatmulChainBlock(depth, *weights))
             case _:
-                raise Unsupported(f"jax backend has no layer {layer!r}")
+                raise unsupported("jax", layer)
     return nnx.Sequential(*mods)
 
 
-def split(spec: ModelSpec, params: dict[str, np.ndarray], dtype, train: bool):
-    """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
-    model = build(spec.layers, params, dtype)
+def dtype(precision: str):
+    return jnp.dtype(DTYPES[precision])
+
+
+def make_model(spec: ModelSpec, params: dict[str, np.ndarray], precision: str, train: bool) -> nnx.Sequential:
+    """The model in train or eval mode, its weights the spec's canonical ones, on the default device."""
+    model = _build(spec.layers, params, dtype(precision))
     model.train() if train else model.eval()
+    return model
+
+
+def split(model: nnx.Module):
+    """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
     return nnx.split(model, nnx.Param, ...)
 
 
-def make_loss(graphdef, kind: str):
-    """Pure loss(params, rest, x, y) -> (value, new rest); train-mode BatchNorm returns updated stats."""
+def to_input(a: np.ndarray, precision: str, device) -> jax.Array:
+    """A canonical (channels-last) batch, as is."""
+    return jax.device_put(jnp.asarray(a, dtype(precision)), device)
+
+
+def make_loss(spec: ModelSpec, model: nnx.Module):
+    """Pure loss(params, rest, x, y) -> (value, new rest) of the split model; train-mode BatchNorm updates rest."""
+    graphdef = split(model)[0]
 
     def loss(params, rest, x, y):
         model = nnx.merge(graphdef, params, rest, copy=True)  # fresh Variables: BatchNorm may update them in a trace
         yhat = model(x)
-        value = jnp.sum((yhat - y) ** 2) if kind == "sse" else jnp.mean(yhat)
-        return value, nnx.split(model, nnx.Param, ...)[2]
+        value = jnp.sum((yhat - y) ** 2) if spec.loss == "sse" else jnp.mean(yhat)
+        return value, split(model)[2]
 
     return loss
 
@@ -139,14 +154,16 @@ def canonical(state) -> dict[str, np.ndarray]:
 
 def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Eval-mode output at fp32 on the default device, for parity tests."""
-    graphdef, p, rest = split(spec, params, jnp.float32, train=False)
-    return np.asarray(nnx.merge(graphdef, p, rest)(jnp.asarray(x)))
+    model = make_model(spec, params, "fp32", train=False)
+    return np.asarray(model(to_input(x, "fp32", None)))
 
 
 def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
     """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
-    graphdef, p, rest = split(spec, params, jnp.float32, train=True)
-    value, g = make_grad(spec, make_loss(graphdef, spec.loss))(p, rest, jnp.asarray(x), jnp.asarray(y))
+    model = make_model(spec, params, "fp32", train=True)
+    _, p, rest = split(model)
+    x, y = (to_input(a, "fp32", None) for a in (x, y))
+    value, g = make_grad(spec, make_loss(spec, model))(p, rest, x, y)
     return float(value), canonical(g) if spec.trainable else np.asarray(g)
 
 
@@ -168,7 +185,7 @@ def device_name(d) -> str:
 
 class Backend:
     def __init__(self):
-        self.dtype = jnp.float32
+        self.precision = "fp32"
         self.device = jax.devices()[0]
 
     def configure(self, precision: str, device: str, tf32: bool) -> str:
@@ -186,14 +203,14 @@ class Backend:
                                             "(pip install 'nnbench[cuda]') or use device=cpu") from None
                 self.device = jax.devices("cpu")[0]
         jax.config.update("jax_default_device", self.device)
-        self.dtype = jnp.dtype(DTYPES[precision])
+        self.precision = precision
         return device_name(self.device)
 
     def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
         check_op(spec, op)
-        params = spec.init(seed)
-        x, y = (jax.device_put(jnp.asarray(a, self.dtype), self.device) for a in spec.make_batch(batch, seed))
-        graphdef, p, rest = split(spec, params, self.dtype, train=op != "inference")
+        x, y = (to_input(a, self.precision, self.device) for a in spec.make_batch(batch, seed))
+        model = make_model(spec, spec.init(seed), self.precision, train=op != "inference")
+        graphdef, p, rest = split(model)
         p, rest = jax.device_put((p, rest), self.device)
         jit = jax.jit if compile else lambda f, **_: f
         if op == "inference":
@@ -202,14 +219,14 @@ class Backend:
             def fn():
                 return infer(p, rest, x)
         elif op == "grad":
-            grad = jit(make_grad(spec, make_loss(graphdef, spec.loss)))
+            grad = jit(make_grad(spec, make_loss(spec, model)))
 
             def fn():
                 return grad(p, rest, x, y)
         else:
             tx = optax.adam(1e-3)
             state = (p, rest, tx.init(p))
-            step = jit(make_train_step(make_loss(graphdef, spec.loss), tx), donate_argnums=0)
+            step = jit(make_train_step(make_loss(spec, model), tx), donate_argnums=0)
 
             def fn():
                 nonlocal state  # the previous state was donated: keep only the new one

@@ -6,6 +6,7 @@ forward+loss (grad, training), whose backward AOTAutograd compiles too; the Adam
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -13,10 +14,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from experiments.backends import DTYPES, DeviceUnavailable, Step, Unsupported, check_op
+from experiments.backends import DTYPES, DeviceUnavailable, Step, check_op, unsupported
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual, is_stat)
 
+ACTS = {"relu": nn.ReLU, "gelu_tanh": partial(nn.GELU, approximate="tanh")}
 HWIO_TO_OIHW, OIHW_TO_HWIO = (3, 2, 0, 1), (2, 3, 1, 0)
 # One weight: canonical key, its module and attribute, and how to turn a torch-layout array back into canonical.
 Link = tuple[str, nn.Module, str, Callable[[np.ndarray], np.ndarray]]
@@ -70,7 +72,7 @@ def dense_layout(hwc: tuple[int, ...] | None):
             lambda t: t.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1))
 
 
-def build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], prefix: str = ""):
+def _build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], prefix: str = ""):
     """nn.Sequential for a channels-last per-sample `shape`, plus a Link per weight (for canonical grads)."""
     mods: list[nn.Module] = []
     links: list[Link] = []
@@ -102,10 +104,8 @@ def build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], 
                 for attr, name in (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"),
                                    ("running_var", "var")):
                     put(m, attr, p + name)
-            case Act("relu"):
-                m = nn.ReLU()
-            case Act("gelu_tanh"):
-                m = nn.GELU(approximate="tanh")
+            case Act(fn) if fn in ACTS:
+                m = ACTS[fn]()
             case MaxPool(k):
                 m = nn.MaxPool2d(k)
                 shape = (shape[0] // k, shape[1] // k, shape[2])
@@ -117,30 +117,39 @@ def build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], 
             case Mean():
                 m, shape = MeanAll(), ()
             case Residual(inner):
-                body, inner_links = build(inner, params, shape, p)
+                body, inner_links = _build(inner, params, shape, p)
                 m = ResidualBlock(body)
                 links += inner_links
             case MatmulChain(_, depth):
                 m = MatmulChainBlock(depth, *(params[p + k] for k in ("w1", "b1", "w2", "b2")))
                 links += [(p + k, m, k, same) for k in ("w1", "b1", "w2", "b2")]
             case _:
-                raise Unsupported(f"torch backend has no layer {layer!r}")
+                raise unsupported("torch", layer)
         mods.append(m)
     return nn.Sequential(*mods), links
 
 
-def make_model(spec: ModelSpec, params: dict[str, np.ndarray], device, dtype, train: bool):
-    model, links = build(spec.layers, params, spec.input_shape)
-    return model.to(device, dtype).train(train), links
+def dtype(precision: str) -> torch.dtype:
+    return getattr(torch, DTYPES[precision])
 
 
-def to_input(a: np.ndarray, device, dtype) -> torch.Tensor:
+def make_model(spec: ModelSpec, params: dict[str, np.ndarray], precision: str, train: bool) -> nn.Sequential:
+    """The model in train or eval mode, its weights the spec's canonical ones, on the CPU; `model.links` maps
+    each weight back to its canonical key and layout."""
+    model, links = _build(spec.layers, params, spec.input_shape)
+    model = model.to(dtype=dtype(precision)).train(train)
+    model.links = links
+    return model
+
+
+def to_input(a: np.ndarray, precision: str, device) -> torch.Tensor:
     """Channels-last canonical batch -> NCHW tensor (images) or as is."""
     a = a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device, dtype)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device, dtype(precision))
 
 
 def make_loss(spec: ModelSpec, model: nn.Module):
+    """loss(x, y) of the model, for autograd."""
     if spec.loss == "sse":
         return lambda x, y: ((model(x) - y) ** 2).sum()
     return lambda x, y: model(x).mean()
@@ -148,26 +157,27 @@ def make_loss(spec: ModelSpec, model: nn.Module):
 
 def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Eval-mode output at fp32 on the CPU, for parity tests."""
-    model, _ = make_model(spec, params, "cpu", torch.float32, train=False)
+    model = make_model(spec, params, "fp32", train=False)
     with torch.no_grad():
-        return model(to_input(x, "cpu", torch.float32)).numpy()
+        return model(to_input(x, "fp32", "cpu")).numpy()
 
 
 def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
     """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
-    model, links = make_model(spec, params, "cpu", torch.float32, train=True)
-    xt = to_input(x, "cpu", torch.float32).requires_grad_(not spec.trainable)
-    loss = make_loss(spec, model)(xt, torch.from_numpy(y))
+    model = make_model(spec, params, "fp32", train=True)
+    xt = to_input(x, "fp32", "cpu").requires_grad_(not spec.trainable)
+    loss = make_loss(spec, model)(xt, to_input(y, "fp32", "cpu"))
     loss.backward()
     if not spec.trainable:
         return loss.item(), xt.grad.numpy()
-    return loss.item(), {k: back(getattr(m, attr).grad.numpy()) for k, m, attr, back in links if not is_stat(k)}
+    return loss.item(), {k: back(getattr(m, attr).grad.numpy()) for k, m, attr, back in model.links
+                         if not is_stat(k)}
 
 
 class Backend:
     def __init__(self):
         self.device = torch.device("cpu")
-        self.dtype = torch.float32
+        self.precision = "fp32"
 
     def configure(self, precision: str, device: str, tf32: bool) -> str:
         gpu = torch.cuda.is_available()
@@ -175,7 +185,7 @@ class Backend:
             raise DeviceUnavailable("device=gpu but torch sees no GPU: install a CUDA build of torch "
                                     "(https://pytorch.org/get-started) or use device=cpu")
         self.device = torch.device("cuda:0" if gpu and device != "cpu" else "cpu")
-        self.dtype = getattr(torch, DTYPES[precision])
+        self.precision = precision
         torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means full fp32 unless asked, as on the jax side
         torch.backends.cudnn.allow_tf32 = tf32
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
@@ -186,8 +196,8 @@ class Backend:
         if compile:
             torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
         jit = (lambda f: torch.compile(f, dynamic=False)) if compile else (lambda f: f)
-        model, _ = make_model(spec, spec.init(seed), self.device, self.dtype, train=op != "inference")
-        x, y = (to_input(a, self.device, self.dtype) for a in spec.make_batch(batch, seed))
+        model = make_model(spec, spec.init(seed), self.precision, train=op != "inference").to(self.device)
+        x, y = (to_input(a, self.precision, self.device) for a in spec.make_batch(batch, seed))
         if op == "inference":
             infer = jit(model)
 

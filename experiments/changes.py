@@ -1,0 +1,95 @@
+"""Judge each change of a tag or param (a version, a commit, a date) per point: verdict table and trend plots."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.report import POINT, figure_title, pages, plt
+
+
+def ordered(values, first_seen: pd.Series) -> list[str]:
+    """Versions in version order when they all parse as versions, else in the order they first ran."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return sorted(values, key=Version)
+    except InvalidVersion:
+        return sorted(values, key=lambda v: first_seen[v])
+
+
+def with_value(t: pd.DataFrame, by: str) -> tuple[pd.DataFrame, pd.Series]:
+    """Rows that have a value for `by` (as text), and when each value first ran."""
+    t = t.dropna(subset=[by]).astype({by: str})
+    return t, t.groupby(by)["start_time"].min()
+
+
+def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
+    """Per point, each value of `by` against the one before it: ratio, bootstrap CI, U-test p, verdict.
+
+    Every run of a (point, value) counts as one measuring process (replicates: repeat=0,1,...).
+    `samples_of(run_id, op)` returns that run's raw per-call samples (the samples.json artifact).
+    """
+    from experiments.verdict import compare
+
+    t, first_seen = with_value(t, by)
+    rows = []
+    for key, g in t.groupby(POINT, dropna=False):
+        values = ordered(list(g[by].unique()), first_seen)
+        runs = {v: list(g.loc[g[by] == v, "run_id"]) for v in values}
+        for old, new in zip(values, values[1:]):
+            a, b = ([samples_of(r, key[1]) for r in runs[v]] for v in (old, new))
+            v = compare(a, b, threshold, alpha)
+            rows.append(dict(zip(POINT, key)) | {
+                "old": old, "new": new, "runs_old": len(a), "runs_new": len(b),
+                "old_median_s": g.loc[g[by] == old, "median_s"].median(),
+                "new_median_s": g.loc[g[by] == new, "median_s"].median(),
+                "ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
+                "verdict": v.verdict, "old_run_ids": ",".join(runs[old]), "new_run_ids": ",".join(runs[new])})
+    return pd.DataFrame(rows)
+
+
+def changes_markdown(c: pd.DataFrame) -> str:
+    view = pd.DataFrame({
+        "model": c["model"], "op": c["op"], "batch": c["batch_size"], "variant": c["variant"],
+        "old → new": c["old"] + " → " + c["new"],
+        "runs": c["runs_old"].astype(str) + "+" + c["runs_new"].astype(str),
+        "median ms": [f"{a * 1e3:.4g} → {b * 1e3:.4g}" for a, b in zip(c["old_median_s"], c["new_median_s"])],
+        "new/old": c["ratio"].map("{:.3f}".format),
+        "95% CI": [f"[{a:.3f}, {b:.3f}]" for a, b in zip(c["ci95_low"], c["ci95_high"])],
+        "p (U test)": c["p_value"].map("{:.2g}".format), "verdict": c["verdict"],
+    })
+    return view.to_markdown(index=False)
+
+
+def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
+    """Median per call against `by` (ordered as in `changes`): a dot per run, a line through the medians."""
+    t, first_seen = with_value(t[(t["model"] == model) & (t["op"] == op)], by)
+    values = ordered(list(t[by].unique()), first_seen)
+    x = {v: i for i, v in enumerate(values)}
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for (variant, bs), g in t.groupby(["variant", "batch_size"]):
+        mid = g.groupby(by)["median_s"].median()
+        mid = mid.iloc[mid.index.map(x).argsort()]
+        (line,) = ax.plot(mid.index.map(x), mid.values, marker="o", label=f"{variant} bs{bs}")
+        ax.scatter(g[by].map(x), g["median_s"], color=line.get_color(), alpha=0.5, s=12)
+    ax.set_xticks(range(len(values)), values, rotation=20)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(by)
+    ax.set_ylabel("Time per call (s) (log2 scale)")
+    ax.set_title(f"{figure_title(model, op)} across {by}", fontweight="bold")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: str) -> None:
+    """report.md/html with the verdict table and a trend plot per (model, op); changes.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    c.to_csv(out / "changes.csv", index=False)
+    pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
+            for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
+    pages(out, title, c, changes_markdown(c), pngs)

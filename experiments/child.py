@@ -1,0 +1,97 @@
+"""Run the measuring child in its own process: a crash, an OOM kill or a hang fails only the point it hit."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from experiments.protocol import PointResult, Request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def env() -> dict[str, str]:
+    """The child's environment: this one, plus the suite on the path and no GPU preallocation."""
+    out = dict(os.environ)
+    out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # never take 75% of a shared GPU
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), out.get("PYTHONPATH")]))
+    return out
+
+
+def exit_reason(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name
+        hint = " (likely out of memory)" if -rc == signal.SIGKILL else ""
+        return f"child killed by {name}{hint}"
+    return f"child exited with code {rc}"
+
+
+def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.executable,
+        on_result: Callable[[PointResult], None] = lambda r: None) -> list[PointResult]:
+    """Measure all points, one child at a time; a crash or timeout fails only the point it happened in.
+
+    Each result is handed to `on_result` as soon as the child writes it.
+    """
+    results_path = job_dir / "results.jsonl"
+    results_path.unlink(missing_ok=True)
+    points, out, attempt = request.points, [], 0
+
+    def take(result: PointResult) -> None:
+        out.append(result)
+        on_result(result)
+
+    while len(out) < len(points):
+        attempt += 1
+        request_path = job_dir / f"request-{attempt}.json"
+        request_path.write_text(dataclasses.replace(request, points=points[len(out):]).to_json())
+        log_path = job_dir / f"child-{attempt}.log"
+        offset = results_path.stat().st_size if results_path.exists() else 0
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([python, "-m", "experiments.worker", str(request_path), str(results_path)],
+                                    cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            reason = watch(proc, results_path, offset, timeout_s, take)
+        if len(out) < len(points):
+            tail = log_path.read_text(errors="replace")[-3000:]
+            take(PointResult(points[len(out)].batch_size, failure=reason or "child ended without a result",
+                             stderr_tail=tail))
+    return out
+
+
+def watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
+          take: Callable[[PointResult], None]) -> str | None:
+    """Pass on new results while the child runs; each point gets timeout_s from the end of the previous one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            rc = proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        lines, offset = new_lines(results, offset)
+        for line in lines:
+            take(PointResult.from_json(line))
+            deadline = time.monotonic() + timeout_s
+        if rc is not None:
+            return None if rc == 0 else exit_reason(rc)
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
+
+
+def new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """Complete lines written since `offset`, and the offset after them: the child may be writing the next one.
+
+    Polling reads only the new bytes, so the parent stays off the cores while the child measures.
+    """
+    if not path.exists():
+        return [], offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    return [line.decode() for line in data[:end].splitlines() if line.strip()], offset + end

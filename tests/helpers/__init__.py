@@ -1,0 +1,91 @@
+"""What several test modules share: tiny models, synthetic results, the CLI in a subprocess, a real MLflow server."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+import models
+from experiments.protocol import OpResult
+from experiments.timing import Budget, Measurement, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3}}
+
+
+def tiny(name: str) -> models.ModelSpec:
+    """The model at sizes a test can afford (only matmul_chain has sizes)."""
+    return models.load(name, **TINY.get(name, {}))
+
+
+def budget(bench: str = "default", **overrides) -> Budget:
+    """A bench config's budget, as the config group sets it, with `overrides`."""
+    return Budget.of(yaml.safe_load((ROOT / "conf" / "bench" / f"{bench}.yaml").read_text()) | overrides)
+
+
+def ok_op(median: float, batch: int, samples: list[float] | None = None) -> OpResult:
+    """A measured op with known samples (default: six at `median`), as the child reports it."""
+    m = Measurement(samples or [median] * 6, block=1, first_call_s=0.01, stop_reason="ci", elapsed_s=0.1)
+    return OpResult("ok", device="cpu", measurement=m, stats=summarize(m, batch))
+
+
+def gpu_visible(fw: str) -> bool:
+    if fw == "torch":
+        import torch
+        return torch.cuda.is_available()
+    import jax
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """This environment as a user's shell would have it: no store configured, the suite importable."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return env | {"PYTHONPATH": str(ROOT)} | extra
+
+
+def run(args: list[str], cwd: Path, module: str = "experiments.run", **extra_env: str) -> subprocess.CompletedProcess:
+    """`python -m experiments.run ARGS` (or another module) as a user runs it in `cwd` (./mlruns: the default store)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=user_env(**extra_env),
+                          capture_output=True, text=True, timeout=600)
+
+
+def runs(uri: str, parents: bool = False):
+    """The point runs (or only the sweeps' parent runs) of the nnbench experiment."""
+    import mlflow
+    import pandas as pd
+
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["nnbench"])
+    is_parent = df.get("tags.nnbench.sweep", pd.Series("", index=df.index)).eq("true")
+    return df[is_parent] if parents else df[~is_parent]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Popen:
+    """A real `mlflow server` on 127.0.0.1 (stop it with os.killpg(server.pid, 15))."""
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    extra = ["--artifacts-destination", str(artifacts)] if artifacts else []
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", store, *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(120):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return server
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("mlflow server did not start")
