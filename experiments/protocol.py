@@ -81,6 +81,7 @@ class OpResult(Json):
     device: str = ""  # where the outputs lived
     measurement: Measurement | None = None  # every per-call sample, the block length, the stop reason
     stats: Stats | None = None
+    calls_per_block: int | None = metric()  # calls timed together per sample: timer overhead shrinks with it
 
     def metrics(self) -> dict[str, float]:
         """The numbers MLflow gets for this op: the stats, then every `metric()` field that was measured."""

@@ -30,7 +30,7 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
         return OpResult("skipped", reason=str(e))
     seen: list[str] = []
     m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)))
-    return OpResult("ok", device=seen[0], measurement=m, stats=timing.summarize(m, batch))
+    return OpResult("ok", device=seen[0], measurement=m, stats=timing.summarize(m, batch), calls_per_block=m.block)
 
 
 def main(request_path: str, results_path: str) -> int:

@@ -24,6 +24,7 @@ def test_measured_point():
     assert rec.outcome == "ok" and rec.status == "FINISHED"
     assert rec.metrics["inference_median_s"] == 0.002 and rec.metrics["inference_n_samples"] == 40
     assert {f"inference_{s}" for s in STATS} <= set(rec.metrics)
+    assert rec.metrics["inference_calls_per_block"] == 1
     assert not any(k.startswith("training_") for k in rec.metrics)
     assert rec.tags["skip_reason_training"] == "no"
     assert tuple(rec.params)[:len(records.PARAMS)] == records.PARAMS

@@ -44,6 +44,7 @@ def test_child_imports_only_its_framework_and_records_its_versions(tmp_path, fra
         r = line.ops[op]
         assert r.status == "ok" and r.device == "cpu" and r.stats.n_samples == len(r.measurement.samples_s)
         assert r.stats.ci95_low_s <= r.stats.median_s <= r.stats.ci95_high_s
+        assert r.metrics()["calls_per_block"] == r.measurement.block >= 1
 
 
 def test_jit_compile_lands_in_first_call(tmp_path):

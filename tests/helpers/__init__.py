@@ -31,7 +31,7 @@ def budget(bench: str = "default", **overrides) -> Budget:
 def ok_op(median: float, batch: int, samples: list[float] | None = None) -> OpResult:
     """A measured op with known samples (default: six at `median`), as the child reports it."""
     m = Measurement(samples or [median] * 6, block=1, first_call_s=0.01, stop_reason="ci", elapsed_s=0.1)
-    return OpResult("ok", device="cpu", measurement=m, stats=summarize(m, batch))
+    return OpResult("ok", device="cpu", measurement=m, stats=summarize(m, batch), calls_per_block=m.block)
 
 
 def gpu_visible(fw: str) -> bool:
