@@ -1,0 +1,101 @@
+"""Stored runs as seed 000's lines: `python -m experiments.export --format timing [model=lenet ...] [--out FILE]`.
+
+`--format timing` prints one TIMING line per framework × model × operation × batch size (the median per call;
+a point measured in several runs, replicates, gets the median of their medians) and the METADATA lines the
+seed reads (`JAX device`, `PyTorch device`, `JAX version`, `PyTorch version`): the lines SciMLBenchmarks'
+"Simple Neural Networks" page reads from its Python child. Nothing else goes to stdout.
+Frameworks are named as the seed names them: `JAX` (jit), `PyTorch` (eager); other variants `JAX-eager`,
+`PyTorch-compile`; a precision other than fp32 is appended (`JAX-bf16`); an external framework's name passes through.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.compare import add_selection, fail, select
+from experiments.sciml import Timing, format_metadata, format_timing
+
+FORMATS = ("timing",)
+SEED_NAMES = {"jax": ("JAX", "jit"), "torch": ("PyTorch", "eager")}  # the seed's name, and the variant it runs
+KEY = ["name", "model", "op", "batch_size"]  # a TIMING line's key
+
+
+class ExportError(Exception):
+    """The selection can't become one line per key; the message says how to narrow it."""
+
+
+def framework_name(mode: str, precision: str) -> str:
+    """`jax-jit` fp32 is the seed's `JAX`, `torch-compile` bf16 is `PyTorch-compile-bf16`, `Lux` stays `Lux`."""
+    framework, _, variant = mode.partition("-")
+    if framework in SEED_NAMES:
+        name, seed_variant = SEED_NAMES[framework]
+        mode = name if variant == seed_variant else f"{name}-{variant}"
+    return mode if precision == "fp32" else f"{mode}-{precision}"
+
+
+def device_text(device: str, name) -> str:
+    """params.device plus tags.device_name where it adds something: `cpu`, `cuda:0 (NVIDIA H200)`."""
+    return device if pd.isna(name) or name == device else f"{device} ({name})"
+
+
+def lines(t: pd.DataFrame) -> list[str]:
+    """METADATA, then TIMING lines sorted by key, from `report.tidy` rows."""
+    from experiments import report
+
+    t = t.assign(name=[framework_name(m, p) for m, p in zip(t["mode"], t["precision"])])
+    p = report.points(t)  # one row per point (variant, device, ...): replicates folded
+    p["name"] = [framework_name(m, prec) for m, prec in zip(p["mode"], p["precision"])]
+    clash = p[p.duplicated(KEY, keep=False)]
+    if not clash.empty:
+        r = clash.iloc[0]
+        devices = sorted(clash.loc[(clash[KEY] == r[KEY]).all(axis=1), "device"].unique())
+        raise ExportError(f"{r['name']} {r.model} {r.op} bs{r.batch_size} comes from more than one point "
+                          f"(on {' and '.join(devices)}): select one, e.g. device={r.device}")
+    meta: dict[str, str] = {}
+    for name, g in t.groupby("name", sort=True):
+        names = g["device_name"] if "device_name" in g else [None] * len(g)
+        meta[f"{name} device"] = ", ".join(sorted({device_text(d, n) for d, n in zip(g["device"], names)}))
+        tag = f"{g['framework'].iloc[0]}_version"
+        versions = sorted(g[tag].dropna().astype(str).unique()) if tag in g else []
+        if len(versions) > 1:
+            raise ExportError(f"the {name} runs hold {tag} {' and '.join(versions)}: select one, "
+                              f"e.g. {tag}={versions[-1]}")
+        if versions:
+            meta[f"{name} version"] = versions[0]
+    timings = [Timing(r["name"], r.model, r.op, int(r.batch_size), float(r.median_s))
+               for _, r in p.sort_values(KEY).iterrows()]
+    return [format_metadata(k, v) for k, v in meta.items()] + [format_timing(x) for x in timings]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--format", choices=FORMATS, required=True, help="timing: seed 000's TIMING/METADATA lines")
+    add_selection(p)
+    p.add_argument("--out", type=Path, help="write the lines to this file instead of stdout")
+    a = p.parse_args(argv)
+    try:
+        t, uri, _ = select(a, "experiments.export")
+    except Exception as e:  # a bad filter, an unreachable store, nothing selected: one line, no traceback
+        return fail("export", e)
+    try:
+        out = lines(t)
+        data = "".join(f"{line}\n" for line in out).encode()
+        if a.out:
+            a.out.write_bytes(data)
+    except (ExportError, ValueError, OSError) as e:
+        return fail("export", e)
+    if not a.out:
+        sys.stdout.buffer.write(data)  # bytes: what --out writes, whatever the platform and locale
+        sys.stdout.flush()
+    n = sum(line.startswith("TIMING\t") for line in out)
+    print(f"nnbench export: {n} TIMING lines from {t['run_id'].nunique()} runs in {uri}"
+          + (f", written to {a.out}" if a.out else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
