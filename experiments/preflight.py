@@ -1,21 +1,40 @@
 """Everything that can be known wrong before measuring, and each job's points: one check for runs and sweeps."""
 from __future__ import annotations
 
+import inspect
+import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import import_module
+from typing import NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
 import models
-from experiments import child
+from experiments import child, records
+from experiments.config import Precision, frameworks
 from experiments.protocol import Point, Request
 from experiments.timing import Budget
 
 
 class BadInput(Exception):
     """Input the user must fix; shown as one line, nothing is written to the store."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Stop with one line on stderr (2: bad input or a store that can't be opened; 1: something was lost)."""
+    print(f"nnbench: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def first_line(e: BaseException) -> str:
+    """The line of an error message that says what went wrong (for a database error: the driver's own words)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    driver = [ln.split("Error) ", 1)[1] for ln in lines if re.match(r"\([\w.]+Error\) ", ln)]
+    return (driver or lines or [type(e).__name__])[0][:300]
 
 
 @dataclass(frozen=True)
@@ -46,28 +65,62 @@ def as_dict(cfg: DictConfig) -> dict:
 
 
 def model_spec(cfg: dict) -> models.ModelSpec:
+    name = cfg["model"]["name"]
     keys = {k: v for k, v in cfg["model"].items() if k != "name"}
+    for k, v in keys.items():  # a size the model declares as an int (matmul_chain's n, m, depth) must be one, > 0
+        default = inspect.signature(import_module(f"models.{name}").build).parameters.get(k)
+        if default is not None and type(default.default) is int and not (type(v) is int and v > 0):
+            raise BadInput(f"model.{k} must be a positive integer (got {v!r}): use e.g. model.{k}={default.default}")
     try:
-        return models.load(cfg["model"]["name"], **keys)
+        return models.load(name, **keys)
     except (ValueError, TypeError) as e:
         raise BadInput(str(e)) from None
 
 
-def check(cfg: dict) -> Job:
-    """The job, checked without starting anything; raises BadInput naming the fix."""
-    spec = model_spec(cfg)
-    job = Job(cfg, spec, plan(cfg, spec))
-    if not (os.path.isfile(job.python) and os.access(job.python, os.X_OK)):
-        raise BadInput(f"runtime.python={job.python} is not an executable interpreter: give the path of a venv's "
-                       "bin/python, or runtime.python=null")
+# Budget keys with a stricter rule than "a finite number >= 0" (which every numeric bench key must be).
+BENCH_RULES = {
+    "min_samples": (lambda v: v >= 1, "at least 1"),
+    "max_time_s": (lambda v: v > 0, "positive (seconds of sampling per op)"),
+    "target_rel_ci": (lambda v: 0 < v < 1, "between 0 and 1 (0.02: stop at a ±2% CI of the median)"),
+    "timeout_s": (lambda v: v > 0, "positive (seconds per point, child start and compile included)"),
+}
+
+
+def check_values(cfg: dict) -> None:
+    """Ranges the schema's types can't say; raises BadInput naming the fix."""
     bs = cfg["batch_size"]
     if bs is not None and bs <= 0:
         raise BadInput(f"batch_size must be a positive integer (got {bs}): use e.g. batch_size=32, "
                        "or batch_size=null for the model's seed lists")
     if cfg["repeat"] < 0:
         raise BadInput(f"repeat is a replicate index (got {cfg['repeat']}): use e.g. repeat=0,1,2")
+    if not 0 <= cfg["seed"] < 2**32:
+        raise BadInput(f"seed must be in [0, 2**32) (got {cfg['seed']}): use e.g. seed=0")
     if not cfg["ops"]:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
+    bench = cfg["bench"]
+    for key, v in bench.items():
+        test, what = BENCH_RULES.get(key, (lambda v: v >= 0, "a number >= 0"))
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and test(v)):
+            raise BadInput(f"bench.{key} must be {what} (got {v}): use e.g. bench=quick, or bench.{key}=<value>")
+    if bench["max_samples"] < bench["min_samples"]:
+        raise BadInput(f"bench.max_samples ({bench['max_samples']}) is below bench.min_samples "
+                       f"({bench['min_samples']}): raise it")
+    modes = [records.mode(fw, c) for fw in frameworks() for c in (False, True)]
+    mode, _, prec = cfg["report"]["baseline"].partition(" ")
+    if mode not in modes or prec not in [p.value for p in Precision]:
+        raise BadInput(f"report.baseline must be '<mode> <precision>' (got {cfg['report']['baseline']!r}): modes "
+                       f"{', '.join(modes)}; precisions {', '.join(p.value for p in Precision)}")
+
+
+def check(cfg: dict) -> Job:
+    """The job, checked without starting anything; raises BadInput naming the fix."""
+    check_values(cfg)
+    spec = model_spec(cfg)
+    job = Job(cfg, spec, plan(cfg, spec))
+    if not (os.path.isfile(job.python) and os.access(job.python, os.X_OK)):
+        raise BadInput(f"runtime.python={job.python} is not an executable interpreter: give the path of a venv's "
+                       "bin/python, or runtime.python=null")
     return job
 
 

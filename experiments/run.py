@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import job, preflight
+from experiments import inputs, job, preflight
 from experiments.config import register
 from experiments.sweep import Sweep, open_sweep
 
@@ -52,4 +52,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    inputs.CHECKED = inputs.check(sys.argv[1:])  # every job, before Hydra writes anything: one line if bad
     main()

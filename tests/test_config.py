@@ -4,7 +4,7 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf.errors import ValidationError
 
 import models
-from experiments import preflight
+from experiments import hydra_errors, preflight
 from experiments.config import Precision, frameworks
 from experiments.protocol import Point
 from tests.helpers import ROOT
@@ -85,12 +85,30 @@ def test_bad_value_fails(make_cfg, override):
         make_cfg(override)
 
 
+@pytest.mark.parametrize("override,line", [
+    ("model=lenett", "unknown model 'lenett' (did you mean lenet? choose lenet, matmul_chain"),
+    ("batchsize=4", "unknown key 'batchsize': did you mean batch_size?"),
+    ("device=gpuu", "device must be one of auto, cpu, gpu (got 'gpuu')"),
+    ("ops=[inference,train]", "ops holds unknown op (got 'train')"),
+    ("bench.max_tme=1", "unknown key 'bench.max_tme': did you mean bench.max_time_s?"),
+    ("experiment=seed0004", "unknown experiment 'seed0004' (did you mean seed004"),
+])
+def test_composition_errors_read_as_one_line(make_cfg, override, line):
+    with pytest.raises(Exception) as e:
+        make_cfg(override)
+    explained = hydra_errors.explain(e.value)
+    assert line in explained and "\n" not in explained
+
+
 @pytest.mark.parametrize("override,match", [
     ("batch_size=0", "batch_size must be a positive integer"),
     ("batch_size=-3", "batch_size=32"),
     ("ops=[]", "ops is empty"),
     ("runtime.python=/nonexistent/python", "not an executable interpreter"),
     ("runtime.python=/tmp", "not an executable interpreter"),
+    ("bench.timeout_s=0", "bench.timeout_s must be positive"),
+    ("seed=-1", "seed must be in"),
+    ("report.baseline=torch fp32", "report.baseline must be '<mode> <precision>'"),
 ])
 def test_check_names_the_fix(make_cfg, override, match):
     with pytest.raises(preflight.BadInput, match=match):

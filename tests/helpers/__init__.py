@@ -68,6 +68,11 @@ def runs(uri: str, parents: bool = False):
     return df[is_parent] if parents else df[~is_parent]
 
 
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under root, with its size and modification time: what a command left behind."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
