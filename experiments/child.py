@@ -54,7 +54,11 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
         with open(log_path, "w") as log:
             proc = subprocess.Popen([python, "-m", "experiments.worker", str(request_path), str(results_path)],
                                     cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            reason = watch(proc, results_path, offset, timeout_s, take)
+            try:
+                reason = watch(proc, results_path, offset, timeout_s, take)
+            except BaseException:  # a harness error or an interrupt: never leave the child measuring
+                stop(proc)
+                raise
         if len(out) < len(points):
             tail = log_path.read_text(errors="replace")[-3000:]
             take(PointResult(points[len(out)].batch_size, failure=reason or "child ended without a result",
@@ -81,6 +85,15 @@ def watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill the child and whatever it started (its own session), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def new_lines(path: Path, offset: int) -> tuple[list[str], int]:

@@ -6,6 +6,7 @@ can import these names without it.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -104,6 +105,13 @@ def register() -> None:
 
     ConfigStore.instance().store(name="schema", node=Config)
     OmegaConf.register_new_resolver("nnbench.size", size_for_device, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("nnbench.unique", lambda: UNIQUE, replace=True, use_cache=True)
+
+
+# `${nnbench.unique:}` in the output dirs: drawn once in the launching process, so two sweeps started in the same
+# second get different dirs. Job configs see the same value: Hydra copies the master config's resolver cache into
+# each one (load_sweep_config), and that cache is pickled with it for joblib and submitit.
+UNIQUE = secrets.token_hex(3)
 
 
 def size_for_device(device: Device | str, gpu_size: int, cpu_size: int) -> int:

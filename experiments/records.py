@@ -11,7 +11,7 @@ import yaml
 from experiments.environment import fingerprint, suite_record
 from experiments.protocol import Point, PointResult
 
-STATUS = {"ok": "FINISHED", "skipped": "KILLED", "failed": "FAILED"}
+STATUS = {"ok": "FINISHED", "skipped": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
 REASON_CHARS = 4000  # well under MLflow's tag value limit
 # The params of every point run, besides the flattened config; compare and report select and group by them.
 PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",

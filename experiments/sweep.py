@@ -1,18 +1,23 @@
 """What a sweep's jobs share: one state file in the sweep dir (store, experiment, parent run, point count).
 
 It is the only channel: jobs on other processes or hosts find the parent run there, so the sweep dir must
-be on a disk they all see (as Hydra's launchers assume for their own outputs).
+be on a disk they all see (as Hydra's launchers assume for their own outputs). The launching process holds a
+lock file beside it while the sweep runs, so `upload` and later sweeps can tell a live sweep from a dead one.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from experiments.preflight import Job
 from experiments.protocol import Json
 
-STATE, PROGRESS = "nnbench-sweep.json", "nnbench-progress.log"
+STATE, PROGRESS, LOCK = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-sweep.lock"
+MARKER = "mlflow_run_id"  # in a point dir: the id of its run, written as soon as the run is created
+_held: list[int] = []  # lock file descriptors, open for the life of the process
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,11 @@ class SweepState(Json):
     jobs: int | None  # None: a sweeper whose jobs can't be listed in advance
     points: int | None
     start: float
+    ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
+
+
+class SweepTaken(Exception):
+    """The directory already belongs to another sweep."""
 
 
 class Sweep:
@@ -30,7 +40,7 @@ class Sweep:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.state, self.progress = directory / STATE, directory / PROGRESS
+        self.state, self.progress, self.lock = directory / STATE, directory / PROGRESS, directory / LOCK
 
     @classmethod
     def above(cls, path: Path) -> "Sweep | None":
@@ -41,12 +51,55 @@ class Sweep:
         return None
 
     def start(self, state: SweepState) -> None:
+        """Claim the directory (lock, then a state file that must not exist yet) and write the state."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.state.write_text(state.to_json())
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with open(self.state, "x") as f:
+                f.write(state.to_json())
+        except (BlockingIOError, FileExistsError):
+            os.close(fd)
+            raise SweepTaken(f"{self.directory} already holds another sweep ({STATE}): choose another "
+                             "hydra.sweep.dir (or hydra.run.dir)") from None
+        _held.append(fd)
         self.progress.write_text("")
 
     def read(self) -> SweepState:
         return SweepState.from_json(self.state.read_text())
+
+    def write(self, state: SweepState) -> None:
+        """Replace the state atomically: a full disk leaves the old one, never half a file."""
+        tmp = self.state.with_name(STATE + ".tmp")
+        tmp.write_text(state.to_json())
+        os.replace(tmp, self.state)
+
+    def end(self, how: str) -> None:
+        """Record how the sweep ended (best effort: the disk may be full)."""
+        try:
+            self.write(replace(self.read(), ended=how))
+        except OSError:
+            pass
+
+    def running(self) -> bool:
+        """Whether a live process still holds this sweep's lock."""
+        try:
+            fd = os.open(self.lock, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # releases only this descriptor's lock, never the holder's
+
+    def point_dirs(self) -> list[Path]:
+        """Every point saved under the sweep (a record.json is written last, so a half-saved point is not one)."""
+        from experiments.records import META
+
+        return sorted(p.parent for p in self.directory.glob(f"**/points/*/{META}"))
 
     def tick(self) -> str:
         """Count one finished point; '[done/total, ETA]' for the console."""
@@ -58,21 +111,30 @@ class Sweep:
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"
 
 
-def open_sweep(directory: Path, jobs: list[Job] | None, mlflow_cfg, parent: str | None = None,
+ACTIVE: Sweep | None = None  # the sweep this process opened (what an interrupt closes)
+
+
+def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
                params: dict[str, str] | None = None) -> SweepState:
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
 
-    `parent`: the parent run's name (with its `params`), or None for a single run. Raises StoreUnavailable.
+    `parent`: the parent run's name (with its `params`), or None for a single run. Raises StoreUnavailable or
+    SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see upload.close_stale).
     """
-    from experiments import tracking  # mlflow is slow to import: only once the input is known good
+    from experiments import interrupts, tracking, upload  # mlflow is slow to import: only once the input is good
 
-    uri = tracking.store_uri(mlflow_cfg.tracking_uri)
-    exp_id = tracking.open_store(uri, mlflow_cfg.experiment_name)
-    n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
-    run_id = None
-    if parent is not None:
-        run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
-                                                              "point_count": points})
-    state = SweepState(uri, exp_id, run_id, n_jobs, points, time.time())
-    Sweep(directory).start(state)
+    global ACTIVE
+    with interrupts.deferred():  # a signal here must not leave a parent run without a state file
+        exp_id = tracking.open_store(uri, experiment)
+        upload.close_stale(uri, exp_id)
+        n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
+        sweep = Sweep(directory)
+        state = SweepState(uri, exp_id, None, n_jobs, points, time.time())
+        sweep.start(state)
+        ACTIVE = sweep
+        if parent is not None:
+            run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
+                                                                  "point_count": points})
+            state = replace(state, parent_run_id=run_id)
+            sweep.write(state)
     return state

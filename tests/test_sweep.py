@@ -197,18 +197,25 @@ def test_mlflow_ui_shows_the_sweep(readme_sweep):
 
 
 @pytest.mark.slow
-def test_parent_structure_holds_with_the_joblib_launcher(tmp_path):
-    """Jobs in loky worker processes find the sweep's parent through the sweep dir, not process memory."""
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    r = run(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", "framework=jax,torch", "model=mlp_relu",
-             "batch_size=8", "ops=[inference]", "bench=quick"], cwd=tmp_path)
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parent_structure_holds_with_other_launchers(tmp_path, fake_python, launcher):
+    """Jobs in other processes (loky workers, submitit jobs) find the sweep's parent through the sweep dir, whose
+    unique suffix is drawn once in the launching process and reaches every job through Hydra's resolver cache."""
+    pytest.importorskip(f"hydra_plugins.hydra_{launcher.split('_')[0]}_launcher")
+    extra = ["hydra.launcher.n_jobs=1"] if launcher == "joblib" else []
+    r = run(["-m", f"hydra/launcher={launcher}", *extra, "framework=jax,torch", "model=mlp_relu", "batch_size=8",
+             "ops=[inference]", "bench=quick", f"runtime.python={fake_python}"], cwd=tmp_path, FAKE_FAULT="none")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "Joblib.Parallel" in r.stdout + r.stderr
+    if launcher == "joblib":
+        assert "Joblib.Parallel" in r.stdout + r.stderr
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.name.isdigit()) == ["0", "1"]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     (parent,) = runs(uri, parents=True).itertuples()
     children = runs(uri)
     assert len(children) == 2 and (children["tags.mlflow.parentRunId"] == parent.run_id).all()
     assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_mlp_relu_inference.png"}
+    assert r.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
 
 
 @pytest.mark.slow
@@ -231,7 +238,7 @@ def test_store_lost_mid_sweep_keeps_every_point_for_upload(tmp_path, fake_python
             cwd=tmp_path, FAKE_FAULT="none", FAKE_BREAK_STORE=str(store))
     out = r.stdout + r.stderr
     assert out.count("could not log") == 2 and "python -m experiments.upload" in out
-    assert "could not finish the sweep's report" in out
+    assert r.returncode == 1 and "could not finish the sweep's report" in r.stderr.strip().splitlines()[-1]
     saved = list(tmp_path.glob("multirun/**/points/*/record.json"))
     assert len(saved) == 2 and not list(tmp_path.glob("multirun/**/points/*/mlflow_run_id"))
     uri = f"sqlite:///{tmp_path}/elsewhere.db"

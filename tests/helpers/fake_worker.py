@@ -3,9 +3,13 @@
 Run through a shim made by the `fake_python` fixture, as `runtime.python`. FAKE_FAULT says how it fails after its
 one point: segv, oom (SIGKILL), raise, hang; `early` dies before writing anything; `none` measures every point.
 FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks in the middle of a sweep).
+FAKE_DELAY_S: seconds each point takes. FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
+numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the first point is logged (its
+run FINISHED in the sqlite store FAKE_STORE), fill the disk holding PATH before measuring the next one.
 """
 import os
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -17,14 +21,46 @@ args = sys.argv[1:]  # -m experiments.worker ...
 if "--probe" in args:
     print("cpu")
     sys.exit(0)
-request = Request.from_json(Path(args[2]).read_text())
+request, results = Request.from_json(Path(args[2]).read_text()), Path(args[3])
 fault = os.environ["FAKE_FAULT"]
 if "FAKE_BREAK_STORE" in os.environ:
     Path(os.environ["FAKE_BREAK_STORE"]).write_bytes(b"not a database" * 100)
-for p in request.points[:len(request.points) if fault == "none" else 0 if fault in ("hang", "early") else 1]:
-    line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: ok_op(0.001, p.batch_size)
+
+
+def logged() -> bool:
+    """Whether the job's first point is in the store, complete."""
+    markers = list(results.parent.glob("points/*/mlflow_run_id"))
+    if not markers:
+        return False
+    with sqlite3.connect(f"file:{os.environ['FAKE_STORE']}?mode=ro", uri=True) as con:
+        row = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (markers[0].read_text(),)).fetchone()
+    return row is not None and row[0] == "FINISHED"
+
+
+def fill_disk(path: Path) -> None:
+    """Wait until the job has logged a point, then write junk until the disk is full."""
+    for _ in range(1200):
+        if logged():
+            break
+        time.sleep(0.1)
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
+
+
+for i, p in enumerate(request.points[:len(request.points) if fault == "none" else 0 if fault in ("hang", "early")
+                                     else 1]):
+    if i == 1 and "FAKE_FILL_DISK" in os.environ:
+        fill_disk(Path(os.environ["FAKE_FILL_DISK"]))
+    time.sleep(float(os.environ.get("FAKE_DELAY_S", "0")))
+    median = p.batch_size * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001
+    line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: ok_op(median, p.batch_size)
                                                                              for op in p.ops})
-    with open(args[3], "a") as f:
+    with open(results, "a") as f:
         f.write(line.to_json() + "\n")
 if fault == "none":
     sys.exit(0)

@@ -1,0 +1,140 @@
+"""How a sweep (or a single run) ends: its points counted from disk and checked in the store, its parent run
+closed, one last line `N finished, K skipped, F failed`, and an exit code that is 0 only when nothing was lost.
+
+Jobs may have run in other processes (joblib, submitit), so nothing here trusts process memory: the points are
+the record.json files under the sweep dir, and a point counts as logged only when the store holds its run
+(named by its `mlflow_run_id` marker) complete and closed.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments import interrupts, sweep as sweeps
+from experiments.config import DEFAULT_BASELINE
+from experiments.preflight import first_line
+from experiments.records import META
+from experiments.sweep import MARKER, Sweep, SweepState
+
+UPLOAD = "python -m experiments.upload"
+
+
+@dataclass
+class Outcome:
+    """The points of one sweep dir by outcome, and which of them the store does not hold yet."""
+
+    counts: Counter = field(default_factory=Counter)  # ok, skipped, failed, interrupted
+    not_logged: list[Path] = field(default_factory=list)
+    planned: int | None = None
+    store_error: str | None = None  # the store could not be asked which points it holds
+
+    @property
+    def kept(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def missing(self) -> int:
+        """Planned points without a record: lost, or (after an interrupt) never measured."""
+        return max((self.planned or 0) - self.kept, 0)
+
+    def line(self, missing_as: str = "lost") -> str:
+        c = self.counts
+        out = f"{c['ok']} finished, {c['skipped']} skipped, {c['failed']} failed"
+        out += f", {c['interrupted']} interrupted" if c["interrupted"] else ""
+        out += f", {len(self.not_logged)} not logged" if self.not_logged else ""
+        return out + (f", {self.missing} {missing_as}" if self.missing else "")
+
+
+def outcome(sweep: Sweep, state: SweepState) -> Outcome:
+    """Count the points on disk, and ask the store about the run each marker names."""
+    from experiments import tracking
+
+    dirs = sweep.point_dirs()
+    out = Outcome(Counter(json.loads((d / META).read_text())["outcome"] for d in dirs), planned=state.points)
+    markers = {d: (d / MARKER).read_text().strip() for d in dirs if (d / MARKER).exists()}
+    try:
+        done = tracking.complete_runs(state.uri, list(markers.values()))
+        out.not_logged = [d for d in dirs if markers.get(d) not in done]
+    except Exception as e:
+        out.store_error = f"could not ask the store at {state.uri} which of them it holds ({first_line(e)})"
+    return out
+
+
+def close_parent(state: SweepState, status: str, baseline: str = DEFAULT_BASELINE, show: bool = False) -> int:
+    """The sweep's report as the parent run's artifacts, then its status; returns the number of point runs."""
+    from experiments import report, tracking
+
+    runs = tracking.children(state.uri, state.experiment_id, state.parent_run_id)
+    t = report.tidy(runs)
+    with tempfile.TemporaryDirectory() as tmp:
+        if not t.empty:
+            report.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
+            if show:
+                print(report.markdown(report.summary(t, baseline)))
+        tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status)
+    return len(runs)
+
+
+def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
+    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code."""
+    from experiments import tracking
+
+    state = sweep.read()
+    o = outcome(sweep, state)
+    complete = not (o.not_logged or o.missing or o.store_error)
+    problem = o.store_error
+    if state.parent_run_id and not problem:
+        try:
+            n = close_parent(state, "FINISHED" if complete else "FAILED", baseline, show=True)
+            print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
+            print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state.experiment_id)}")
+        except Exception as e:  # every point is on disk already; upload makes the report later
+            problem, complete = f"could not finish the sweep's report and parent run ({first_line(e)})", False
+    sweep.end("finished" if complete else "incomplete")
+    if complete:
+        print(o.line())
+        return 0
+    why = f"; {problem}" if problem else ""
+    print(f"nnbench: error: {o.line()}{why}; the points are kept in {sweep.directory}: {UPLOAD} {sweep.directory} "
+          "logs what the store lacks and closes the sweep", file=sys.stderr)
+    return 1
+
+
+def stopped(e: interrupts.Stop) -> int:
+    """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
+    interrupts.ignore()
+    interrupts.stop_children()
+    signum = getattr(e, "signum", None)
+    head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
+    sweep = sweeps.ACTIVE
+    try:
+        print(f"{head}{close_stopped(sweep, 'KILLED' if signum else 'FAILED')}", file=sys.stderr)
+    except Exception as err:  # the state or the records can't be read: still one line
+        print(f"{head}: could not close the sweep ({first_line(err)}); {UPLOAD} {getattr(sweep, 'directory', '.')} "
+              "logs what is kept", file=sys.stderr)
+    return 128 + signum if signum else 1
+
+
+def close_stopped(sweep: Sweep | None, status: str) -> str:
+    """Close a stopped sweep's parent run; the rest of its last line."""
+    from experiments import tracking
+
+    if sweep is None:
+        return " before anything was measured"
+    state = sweep.read()
+    o = outcome(sweep, state)
+    open_parent = ""
+    if state.parent_run_id:
+        try:
+            tracking.set_status(state.uri, state.parent_run_id, status)
+        except Exception as err:
+            open_parent = f"; its parent run could not be closed ({first_line(err)})"
+    sweep.end("interrupted" if status == "KILLED" else "stopped")
+    of = f" of {state.points} points" if state.points else ""
+    return (f": {o.line(missing_as='not measured')}{of}, kept in {sweep.directory}{open_parent}; {UPLOAD} "
+            f"{sweep.directory} logs what the store lacks and closes the sweep")

@@ -1,0 +1,109 @@
+"""SIGINT (Ctrl-C) and SIGTERM (what SLURM sends at a time limit): stop the measuring child at once, keep the rest.
+
+The measuring child runs in its own session, so a terminal's Ctrl-C reaches only this process; the handler kills
+the child's process group itself. While a job measures (`graceful`), the handler does only that: the job then
+saves and logs the points the child finished, records the point in progress as interrupted and raises
+`Interrupted` from a safe place. Anywhere else the handler raises at once (`deferred` sections excepted). A
+second signal always raises at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Iterator
+
+import psutil
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: int | None = None
+_mode = "raise"  # "raise" at once, or "graceful"/"deferred": note it, stop the child, raise at a safe point
+_stopped_child = False  # the signal stopped a measuring child: the job raises once it has seen that child end
+
+
+class Stop(BaseException):
+    """Ends the sweep from wherever it is; a BaseException, so neither Hydra's job runner nor `except Exception`
+    swallows it (Hydra would record it as one failed job and launch the next)."""
+
+
+class Interrupted(Stop):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Aborted(Stop):
+    """Something no later point can survive (a full disk): the sweep stops, and says so in one line."""
+
+
+def install() -> None:
+    """Handle SIGINT and SIGTERM here (only the main thread of a process can)."""
+    if threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, _handle)
+
+
+def ignore() -> None:
+    """While the sweep closes after a stop: no second interrupt in the middle of closing."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def pending() -> int | None:
+    """The signal received, if any."""
+    return _received
+
+
+def _handle(signum: int, frame) -> None:
+    global _received, _stopped_child
+    first, _received = _received is None, _received or signum
+    _stopped_child = stop_children(signum) or _stopped_child
+    if _mode == "raise" or not first:
+        raise Interrupted(_received)
+
+
+def stop_children(signum: int = signal.SIGTERM) -> bool:
+    """Kill each measuring child's process group; pass the signal on to other children (a launcher's workers,
+    which handle it themselves). True if any child was there, running or not yet reaped."""
+    children = psutil.Process().children()
+    for c in children:
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            if os.getsid(c.pid) == c.pid:  # a session leader: a measuring child (start_new_session=True)
+                os.killpg(c.pid, signal.SIGKILL)
+            else:
+                c.send_signal(signum)
+    return bool(children)
+
+
+@contextlib.contextmanager
+def _in_mode(mode: str) -> Iterator[None]:
+    global _mode
+    before, _mode = _mode, mode
+    try:
+        yield
+    finally:
+        _mode = before
+    checkpoint()
+
+
+def graceful() -> contextlib.AbstractContextManager[None]:
+    """A job measures: a signal stops the child, and the job raises once it has kept what the child finished."""
+    return _in_mode("graceful")
+
+
+def deferred() -> contextlib.AbstractContextManager[None]:
+    """A few store calls that must not be cut in half (a parent run and the state file that names it)."""
+    return _in_mode("deferred")
+
+
+def checkpoint() -> None:
+    """A safe place to stop: raise if a signal came, unless it stopped a measuring child whose end the job has yet
+    to see (the points that child finished are kept first, then its point in progress raises)."""
+    global _stopped_child
+    if _received is None:
+        return
+    if _mode == "graceful" and not _stopped_child:
+        _stopped_child = stop_children()  # a child started after the signal came
+    if _mode != "graceful" or not _stopped_child:
+        raise Interrupted(_received)

@@ -1,0 +1,113 @@
+"""One Hydra job end to end: its checked job, its store (the sweep's, or opened here for a single run), each point
+saved and then logged, interrupts, and for a single run the last line and the exit code.
+
+A job never raises an Exception: Hydra's basic launcher would record it as a failed job, launch the next, and
+then skip the end of the sweep (FACTS.md). Its faults become failed points or a logged line, and the end of the
+sweep counts what is missing. Only `interrupts.Stop` (a BaseException) ends the sweep from here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from experiments import ending, inputs, interrupts, job, preflight, records, stores
+from experiments.sweep import MARKER, Sweep, SweepState, SweepTaken, open_sweep
+
+log = logging.getLogger("nnbench")
+FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
+
+
+def run(cfg: DictConfig) -> None:
+    start, hc = time.perf_counter(), HydraConfig.get()
+    interrupts.install()  # again in a launcher's worker process, where the entry point's handlers are not
+    logging.raiseExceptions = False  # a full disk: no traceback per log line from Hydra's log file handler
+    out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
+    c = preflight.as_dict(cfg)
+    try:
+        this, state = prepare(c, multirun, sweep, out)
+    except (preflight.BadInput, SweepTaken) as e:
+        if not multirun:
+            preflight.fail(str(e))
+        log.error("job %s not run: %s", out, e)  # its points count as lost at the end of the sweep
+        return
+    except Exception as e:  # a store that can't be opened
+        preflight.fail(preflight.first_line(e))
+
+    def on_record(rec: records.Record, directory: Path) -> None:
+        if interrupts.pending() and rec.outcome == "failed":  # the signal stopped the child, not a fault
+            rec = interrupted(rec, interrupts.pending())
+            rec.save(directory)
+        log_point(state, sweep, rec, directory)
+        if rec.outcome == "interrupted":
+            raise interrupts.Interrupted(interrupts.pending())
+        interrupts.checkpoint()
+
+    recs: list[records.Record] = []
+    try:
+        with interrupts.graceful():
+            interrupts.checkpoint()
+            recs = job.run_job(this, out, on_record)
+        times = job.JobTimes(time.perf_counter() - start, job.measuring_s(recs), len(recs))
+        (out / job.TIMES).write_text(times.to_json())
+        log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s,
+                 times.measuring_s, times.fixed_s, times.points)
+    except OSError as e:
+        if e.errno in FATAL:
+            raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
+        log.error("job %s stopped by %s; the points it finished are kept in %s", out, e, out)
+    except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
+        log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
+    if not multirun:
+        try:
+            code = ending.finish(sweep, c["report"]["baseline"])
+        except Exception as e:
+            preflight.fail(f"the run could not end cleanly ({preflight.first_line(e)}); its points are kept in {out}: "
+                        f"{ending.UPLOAD} {out}", 1)
+        if code:
+            sys.exit(code)
+
+
+def prepare(c: dict, multirun: bool, sweep: Sweep, out: Path) -> tuple[preflight.Job, SweepState]:
+    """The job, checked (a sweep's callback has probed every job already), and the state of its sweep."""
+    if multirun:
+        return preflight.check(c), sweep.read()
+    checked = inputs.CHECKED
+    this = checked.jobs[0] if checked and checked.jobs else preflight.jobs([c])[0]
+    uri = checked.uri if checked else stores.check(c["mlflow"])
+    return this, open_sweep(out, [this], uri, c["mlflow"]["experiment_name"])
+
+
+def log_point(state: SweepState, sweep: Sweep, rec: records.Record, directory: Path) -> None:
+    """Progress line, then the run (its id to the marker first); a store failure costs only a logged line."""
+    from experiments import tracking  # mlflow is slow to import: only once the job is known good
+
+    try:
+        progress = sweep.tick()
+    except OSError:
+        progress = "[?]"
+    what = f"INTERRUPTED ({rec.tags['failure_reason']})" if rec.outcome == "interrupted" else job.summary(rec)
+    log.info("%s %s: %s", progress, rec.run_name, what)
+    try:
+        tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
+                            on_created=(directory / MARKER).write_text)
+    except Exception as e:  # the record is on disk already; the sweep goes on
+        log.error("could not log %s to %s (%s); it is kept in %s: log it later with "
+                  "`python -m experiments.upload %s`", rec.run_name, state.uri, preflight.first_line(e), directory,
+                  directory)
+
+
+def interrupted(rec: records.Record, signum: int) -> records.Record:
+    """The point the child was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
+    reason = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
+    return dataclasses.replace(rec, outcome="interrupted",
+                               tags=rec.tags | {"outcome": "interrupted", "failure_reason": reason})
