@@ -24,7 +24,7 @@ import logging  # noqa: E402
 
 import mlflow  # noqa: E402
 import mlflow.store.db.utils  # noqa: E402
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from experiments.records import Record  # noqa: E402
@@ -108,8 +108,7 @@ def log_record(uri: str, experiment_id: str, rec: Record, artifacts: Path, paren
         on_created(run_id)
     except Exception:  # no marker names it: close and hide it, or upload would log the point a second time
         with contextlib.suppress(Exception):
-            client.set_terminated(run_id, "FAILED")
-            client.delete_run(run_id)
+            discard(uri, run_id)
         raise
     fill(uri, run_id, rec, artifacts, parent_run_id)
     return run_id
@@ -150,7 +149,14 @@ def set_status(uri: str, run_id: str, status: str, incomplete: str | None = None
             raise
 
 
-def get_runs(uri: str, run_ids: list[str]) -> dict[str, object]:
+def discard(uri: str, run_id: str) -> None:
+    """Close and delete a run that must not count (a second run of the same point)."""
+    client = MlflowClient(uri)
+    client.set_terminated(run_id, "FAILED")
+    client.delete_run(run_id)
+
+
+def get_runs(uri: str, run_ids: list[str]) -> dict[str, Run | None]:
     """Each run by id; None where the store has no such run (connection errors raise)."""
     client, out = MlflowClient(uri), {}
     for run_id in run_ids:
@@ -163,7 +169,7 @@ def get_runs(uri: str, run_ids: list[str]) -> dict[str, object]:
     return out
 
 
-def is_complete(run) -> bool:
+def is_complete(run: Run | None) -> bool:
     """Closed with all its data: not RUNNING, not marked incomplete, not deleted."""
     return (run is not None and run.info.status in TERMINAL and INCOMPLETE not in run.data.tags
             and run.info.lifecycle_stage == "active")
@@ -173,7 +179,7 @@ def complete_runs(uri: str, run_ids: list[str]) -> set[str]:
     return {run_id for run_id, run in get_runs(uri, run_ids).items() if is_complete(run)}
 
 
-def find_runs(uri: str, experiment_id: str, filter_string: str) -> list:
+def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
     """Runs of the experiment that match an MLflow filter, as Run objects."""
     return list(MlflowClient(uri).search_runs([experiment_id], filter_string, max_results=5000))
 

@@ -29,11 +29,10 @@ def sync_point(uri: str, experiment_id: str, directory: Path, parent: str | None
 
     rec, marker = Record.load(directory), directory / MARKER
     run_id = marker.read_text().strip() if marker.exists() else None
-    if run_id is None:  # a run made just before the marker could be written: take it over
+    if run_id is None and "'" not in str(directory.resolve()):  # a run made before its marker: take it over
         found = tracking.find_runs(uri, experiment_id, f"tags.`{tracking.POINT_DIR}` = '{directory.resolve()}'")
         for extra in found[1:]:
-            tracking.set_status(uri, extra.info.run_id, "FAILED", "a second run of the same point")
-            tracking.MlflowClient(uri).delete_run(extra.info.run_id)
+            tracking.discard(uri, extra.info.run_id)
         if found:
             run_id = found[0].info.run_id
             marker.write_text(run_id)
@@ -41,7 +40,7 @@ def sync_point(uri: str, experiment_id: str, directory: Path, parent: str | None
         run = tracking.get_runs(uri, [run_id])[run_id]
         if tracking.is_complete(run):
             return ""
-        if run is not None:
+        if run is not None and run.info.lifecycle_stage == "active":
             tracking.fill(uri, run_id, rec, directory, parent, have=run.data)
             return f"completed run {run_id}"
         if not own_store:

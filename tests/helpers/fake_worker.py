@@ -3,7 +3,8 @@
 Run through a shim made by the `fake_python` fixture, as `runtime.python`. FAKE_FAULT says how it fails after its
 one point: segv, oom (SIGKILL), raise, hang; `early` dies before writing anything; `none` measures every point.
 FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks in the middle of a sweep).
-FAKE_DELAY_S: seconds each point takes. FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
+FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the request takes ten minutes (a point an
+interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
 numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the first point is logged (its
 run FINISHED in the sqlite store FAKE_STORE), fill the disk holding PATH before measuring the next one.
 """
@@ -56,7 +57,7 @@ for i, p in enumerate(request.points[:len(request.points) if fault == "none" els
                                      else 1]):
     if i == 1 and "FAKE_FILL_DISK" in os.environ:
         fill_disk(Path(os.environ["FAKE_FILL_DISK"]))
-    time.sleep(float(os.environ.get("FAKE_DELAY_S", "0")))
+    time.sleep(600 if str(i) == os.environ.get("FAKE_LONG_POINT") else float(os.environ.get("FAKE_DELAY_S", "0")))
     median = p.batch_size * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001
     line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: ok_op(median, p.batch_size)
                                                                              for op in p.ops})
