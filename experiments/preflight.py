@@ -77,6 +77,7 @@ def model_spec(cfg: dict) -> models.ModelSpec:
         raise BadInput(str(e)) from None
 
 
+PRECISIONS = [p.value for p in Precision]
 # Budget keys with a stricter rule than "a finite number >= 0" (which every numeric bench key must be).
 BENCH_RULES = {
     "min_samples": (lambda v: v >= 1, "at least 1"),
@@ -106,11 +107,11 @@ def check_values(cfg: dict) -> None:
     if bench["max_samples"] < bench["min_samples"]:
         raise BadInput(f"bench.max_samples ({bench['max_samples']}) is below bench.min_samples "
                        f"({bench['min_samples']}): raise it")
-    modes = [records.mode(fw, c) for fw in frameworks() for c in (False, True)]
     mode, _, prec = cfg["report"]["baseline"].partition(" ")
-    if mode not in modes or prec not in [p.value for p in Precision]:
-        raise BadInput(f"report.baseline must be '<mode> <precision>' (got {cfg['report']['baseline']!r}): modes "
-                       f"{', '.join(modes)}; precisions {', '.join(p.value for p in Precision)}")
+    if mode.partition("-")[0] not in frameworks() or not mode.partition("-")[2] or prec not in PRECISIONS:
+        examples = ", ".join(f"'{records.mode(fw, False)} fp32'" for fw in frameworks())
+        raise BadInput(f"report.baseline must be '<mode> <precision>' (got {cfg['report']['baseline']!r}): e.g. "
+                       f"{examples}; precisions {', '.join(PRECISIONS)}")
 
 
 def check(cfg: dict) -> Job:
