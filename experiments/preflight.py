@@ -1,16 +1,18 @@
 """Everything that can be known wrong before measuring, and each job's points: one check for runs and sweeps."""
 from __future__ import annotations
 
+import ctypes.util
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 import models
-from experiments import child
-from experiments.protocol import Point, Request
+from experiments import child, external
+from experiments.protocol import Point, Request, Setup
 from experiments.timing import Budget
 
 
@@ -31,12 +33,18 @@ class Job:
         """The interpreter of the measuring child."""
         return self.cfg["runtime"]["python"] or sys.executable
 
-    def request(self) -> Request:
-        """What the measuring child is asked to do."""
+    @property
+    def setup(self) -> Setup:
+        """How the framework is set up in the child."""
+        c, fw = self.cfg, self.cfg["framework"]
+        return Setup(c["precision"]["name"], c["device"], c["precision"]["tf32"], fw["compile"], fw["compile_mode"],
+                     fw["memory_format"] or "n/a")
+
+    def request(self, peaks: Path | None = None) -> Request:
+        """What the measuring child is asked to do; `peaks`: the sweep's cache of calibrated peaks."""
         c = self.cfg
-        return Request(framework=c["framework"]["name"], compile=c["framework"]["compile"], model=c["model"],
-                       precision=c["precision"]["name"], tf32=c["precision"]["tf32"], device=c["device"],
-                       seed=c["seed"], budget=Budget.of(c["bench"]), points=self.points)
+        return Request(c["framework"]["name"], self.setup, c["model"], c["seed"], Budget.of(c["bench"]), self.points,
+                       str(peaks) if peaks else None)
 
 
 def as_dict(cfg: DictConfig) -> dict:
@@ -68,15 +76,27 @@ def check(cfg: dict) -> Job:
         raise BadInput(f"repeat is a replicate index (got {cfg['repeat']}): use e.g. repeat=0,1,2")
     if not cfg["ops"]:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
+    if cfg["framework"]["name"] == "external":
+        try:
+            external.check(cfg["external"]["command"], cfg["external"]["name"])
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+    allocator = cfg["runtime"]["allocator"]
+    if "LD_PRELOAD" in child.ALLOCATORS[allocator]:
+        lib = child.ALLOCATORS[allocator]["LD_PRELOAD"]
+        if not ctypes.util.find_library(lib.removeprefix("lib").split(".so")[0]):
+            raise BadInput(f"runtime.allocator={allocator} needs {lib}: apt-get install "
+                           f"{'libjemalloc2' if allocator == 'jemalloc' else 'libtcmalloc-minimal4'}, "
+                           "or runtime.allocator=glibc")
     return job
 
 
 def jobs(cfgs: list[dict]) -> list[Job]:
     """Every job of a run or a sweep, checked, and each interpreter asked (all at once) whether it can measure."""
     checked = [check(c) for c in cfgs]
-    asks = {(j.python, j.cfg["framework"]["name"], j.cfg["precision"]["name"], j.cfg["device"]) for j in checked}
+    asks = {(j.python, j.cfg["framework"]["name"], j.setup) for j in checked if j.cfg["framework"]["name"] != "external"}
     problems = dict(zip(asks, probe(list(asks))))
-    for (python, fw, _, _), problem in problems.items():
+    for (python, fw, _), problem in problems.items():
         if problem and python == sys.executable:
             raise BadInput(problem)
         if problem:
@@ -85,11 +105,11 @@ def jobs(cfgs: list[dict]) -> list[Job]:
     return checked
 
 
-def probe(asks: list[tuple[str, str, str, str]]) -> list[str | None]:
-    """Ask children, in parallel, whether each (python, framework, precision, device) works; None where it does."""
-    procs = [subprocess.Popen([python, "-m", "experiments.worker", "--probe", fw, precision, device], cwd=child.ROOT,
+def probe(asks: list[tuple[str, str, Setup]]) -> list[str | None]:
+    """Ask children, in parallel, whether each (python, framework, set-up) works; None where it does."""
+    procs = [subprocess.Popen([python, "-m", "experiments.worker", "--probe", fw, setup.to_json()], cwd=child.ROOT,
                               env=child.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for python, fw, precision, device in asks]
+             for python, fw, setup in asks]
     out = []
     for p in procs:
         stdout, stderr = p.communicate()

@@ -11,9 +11,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import job, preflight
+from experiments import job, preflight, records
 from experiments.config import register
-from experiments.sweep import Sweep, open_sweep
+from experiments.sweep import PEAKS, Sweep, open_sweep
 
 register()
 log = logging.getLogger("nnbench")
@@ -35,8 +35,12 @@ def main(cfg: DictConfig) -> None:
     except (preflight.BadInput, tracking.StoreUnavailable) as e:
         sys.exit(f"nnbench: error: {e}")
 
-    def on_record(rec, directory):
-        log.info("%s %s: %s", Sweep(sweep_dir).tick(), rec.run_name, job.summary(rec))
+    def on_measured(point, process, result, rec, directory):
+        tick, n = Sweep(sweep_dir).tick(), cfg.bench.processes
+        if rec is None:
+            return log.info("%s %s: process %d of %d %s", tick, records.run_name(this.cfg, point), process + 1, n,
+                            f"FAILED: {result.failure}" if result.failure else "measured")
+        log.info("%s %s: %s", tick, rec.run_name, job.summary(rec))
         try:
             (directory / "mlflow_run_id").write_text(
                 tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id))
@@ -44,7 +48,7 @@ def main(cfg: DictConfig) -> None:
             log.error("could not log %s to %s (%s); it is kept in %s: log it later with "
                       "`python -m experiments.upload %s`", rec.run_name, state.uri, e, directory, directory)
 
-    recs = job.run_job(this, out, on_record)
+    recs = job.run_job(this, out, on_measured, sweep_dir / PEAKS)
     times = job.JobTimes(time.perf_counter() - start, job.measuring_s(recs), len(recs))
     (out / job.TIMES).write_text(times.to_json())
     log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s, times.measuring_s,

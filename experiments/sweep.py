@@ -12,7 +12,7 @@ from pathlib import Path
 from experiments.preflight import Job
 from experiments.protocol import Json
 
-STATE, PROGRESS = "nnbench-sweep.json", "nnbench-progress.log"
+STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class SweepState(Json):
     jobs: int | None  # None: a sweeper whose jobs can't be listed in advance
     points: int | None
     start: float
+    measurements: int | None = None  # points × processes: what the progress counts
 
 
 class Sweep:
@@ -53,7 +54,7 @@ class Sweep:
         with open(self.progress, "a") as f:
             f.write(".")
         state, done = self.read(), self.progress.stat().st_size
-        total = state.points or done
+        total = state.measurements or state.points or done
         eta = (time.time() - state.start) / done * max(total - done, 0)
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"
 
@@ -69,10 +70,11 @@ def open_sweep(directory: Path, jobs: list[Job] | None, mlflow_cfg, parent: str 
     uri = tracking.store_uri(mlflow_cfg.tracking_uri)
     exp_id = tracking.open_store(uri, mlflow_cfg.experiment_name)
     n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
+    measurements = sum(len(j.points) * j.cfg["bench"]["processes"] for j in jobs) if jobs is not None else None
     run_id = None
     if parent is not None:
         run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
                                                               "point_count": points})
-    state = SweepState(uri, exp_id, run_id, n_jobs, points, time.time())
+    state = SweepState(uri, exp_id, run_id, n_jobs, points, time.time(), measurements)
     Sweep(directory).start(state)
     return state

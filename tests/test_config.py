@@ -48,7 +48,8 @@ def test_presets_compose(make_cfg, preset, frameworks_, model, ops):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
 def test_every_option_composes(make_cfg, group, option):
-    c = preflight.as_dict(make_cfg(f"{group}={option}"))
+    runner = ["external.name=Reference", "external.command='python runners/reference_runner.py --model {model}'"]
+    c = preflight.as_dict(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
     if group != "bench":
         assert c[group]["name"] == option
     preflight.check(c)
