@@ -18,6 +18,10 @@ ENV_FLAGS = (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_MAX_AUTOTUNE",
     "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD",
 )
+# Where a scheduler ran the job: recorded, but not part of the fingerprint (another job id is the same environment).
+SCHEDULER_VARS = {"SLURM_JOB_ID": "slurm_job_id", "SLURM_ARRAY_JOB_ID": "slurm_array_job_id",
+                  "SLURM_ARRAY_TASK_ID": "slurm_array_task_id", "SLURM_JOB_PARTITION": "slurm_partition",
+                  "SLURMD_NODENAME": "slurm_node"}
 # Keys whose change makes a different environment for the same config point.
 FINGERPRINT_KEYS = (
     "python_version", "numpy_version", "jax_version", "jaxlib_version", "flax_version", "optax_version",
@@ -55,6 +59,7 @@ def host_record() -> dict[str, str]:
         "allocator": os.environ.get("NNBENCH_ALLOCATOR", "system"),  # runtime.allocator, as the harness set it
     }
     rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
+    rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
     return rec
 
 
