@@ -27,8 +27,9 @@ def with_value(t: pd.DataFrame, by: str) -> tuple[pd.DataFrame, pd.Series]:
 def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
     """Per point, each value of `by` against the one before it: ratio, bootstrap CI, U-test p, verdict.
 
-    Every run of a (point, value) counts as one measuring process (replicates: repeat=0,1,...).
-    `samples_of(run_id, op)` returns that run's raw per-call samples (the samples.json artifact).
+    Every measuring process of every run of a (point, value) counts as one process (bench.processes, and the
+    replicates of repeat=0,1,...). `samples_of(run_id, op)` returns that run's raw per-call samples, one list per
+    process (from the samples.json artifact).
     """
     from experiments.verdict import compare
 
@@ -38,10 +39,11 @@ def changes(t: pd.DataFrame, by: str, samples_of, threshold: float = 0.05, alpha
         values = ordered(list(g[by].unique()), first_seen)
         runs = {v: list(g.loc[g[by] == v, "run_id"]) for v in values}
         for old, new in zip(values, values[1:]):
-            a, b = ([samples_of(r, key[1]) for r in runs[v]] for v in (old, new))
+            a, b = ([proc for r in runs[v] for proc in samples_of(r, key[1])] for v in (old, new))
             v = compare(a, b, threshold, alpha)
             rows.append(dict(zip(POINT, key)) | {
-                "old": old, "new": new, "runs_old": len(a), "runs_new": len(b),
+                "old": old, "new": new, "runs_old": len(runs[old]), "runs_new": len(runs[new]),
+                "processes_old": len(a), "processes_new": len(b),
                 "old_median_s": g.loc[g[by] == old, "median_s"].median(),
                 "new_median_s": g.loc[g[by] == new, "median_s"].median(),
                 "ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
@@ -54,6 +56,7 @@ def changes_markdown(c: pd.DataFrame) -> str:
         "model": c["model"], "op": c["op"], "batch": c["batch_size"], "variant": c["variant"],
         "old → new": c["old"] + " → " + c["new"],
         "runs": c["runs_old"].astype(str) + "+" + c["runs_new"].astype(str),
+        "processes": c["processes_old"].astype(str) + "+" + c["processes_new"].astype(str),
         "median ms": [f"{a * 1e3:.4g} → {b * 1e3:.4g}" for a, b in zip(c["old_median_s"], c["new_median_s"])],
         "new/old": c["ratio"].map("{:.3f}".format),
         "95% CI": [f"[{a:.3f}, {b:.3f}]" for a, b in zip(c["ci95_low"], c["ci95_high"])],

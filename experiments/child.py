@@ -15,9 +15,21 @@ from experiments.protocol import PointResult, Request
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def env() -> dict[str, str]:
-    """The child's environment: this one, plus the suite on the path and no GPU preallocation."""
-    out = dict(os.environ)
+# What `runtime.allocator` puts in the child's environment. glibc gave freed activation memory back to the kernel
+# and faulted it in again, depending on the process's history: torch ResNet bs32 inference held 73-77 ms in
+# processes taking ~27k minor faults per call and 56.6 ms in one taking 11.5k; with these thresholds, 0 faults
+# and 44-45 ms.
+ALLOCATORS = {
+    "glibc": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)},
+    "system": {},
+    "jemalloc": {"LD_PRELOAD": "libjemalloc.so.2"},
+    "tcmalloc": {"LD_PRELOAD": "libtcmalloc_minimal.so.4"},
+}
+
+
+def env(allocator: str = "system") -> dict[str, str]:
+    """The child's environment: this one, plus the suite on the path, no GPU preallocation and the allocator."""
+    out = dict(os.environ) | ALLOCATORS[allocator] | {"NNBENCH_ALLOCATOR": allocator}
     out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # never take 75% of a shared GPU
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), out.get("PYTHONPATH")]))
     return out
@@ -32,11 +44,12 @@ def exit_reason(rc: int) -> str:
 
 
 def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.executable,
-        on_result: Callable[[PointResult], None] = lambda r: None) -> list[PointResult]:
+        on_result: Callable[[PointResult], None] = lambda r: None, allocator: str = "system") -> list[PointResult]:
     """Measure all points, one child at a time; a crash or timeout fails only the point it happened in.
 
     Each result is handed to `on_result` as soon as the child writes it.
     """
+    job_dir.mkdir(parents=True, exist_ok=True)
     results_path = job_dir / "results.jsonl"
     results_path.unlink(missing_ok=True)
     points, out, attempt = request.points, [], 0
@@ -53,7 +66,8 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
         offset = results_path.stat().st_size if results_path.exists() else 0
         with open(log_path, "w") as log:
             proc = subprocess.Popen([python, "-m", "experiments.worker", str(request_path), str(results_path)],
-                                    cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                    cwd=ROOT, env=env(allocator), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
             try:
                 reason = watch(proc, results_path, offset, timeout_s, take)
             except BaseException:  # a harness error or an interrupt: never leave the child measuring

@@ -38,6 +38,8 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", help="the parent run id of a sweep: its points only")
     p.add_argument("--uri", help="tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)")
     p.add_argument("--experiment", default="nnbench")
+    p.add_argument("--exclude-noisy", action="store_true",
+                   help="leave out runs tagged noisy=true (other processes used the CPU while they were measured)")
 
 
 def select(a: argparse.Namespace, prog: str):
@@ -49,6 +51,8 @@ def select(a: argparse.Namespace, prog: str):
     uri = tracking.store_uri(a.uri)
     fs = filter_string(a.filters, a.filter, a.sweep)
     t = report.tidy(tracking.search(uri, a.experiment, fs))
+    if a.exclude_noisy and not t.empty and "noisy" in t:
+        t = t[t["noisy"] != "true"]
     if t.empty:
         raise LookupError(f"no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
                      f"check the filters (python -m {prog} --help)")
@@ -88,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def process_samples(entry: dict) -> list[list[float]]:
+    """An op's samples.json entry as one list of samples per measuring process (older runs: one process)."""
+    return [p["samples_s"] for p in entry["processes"]] if "processes" in entry else [entry["samples_s"]]
+
+
 def by_version(a: argparse.Namespace, t, uri: str, fs: str) -> int:
     from functools import cache
 
@@ -97,12 +106,12 @@ def by_version(a: argparse.Namespace, t, uri: str, fs: str) -> int:
         known = sorted(c for c in t.columns if c.endswith(("_version", "_commit", "fingerprint", "_date")))
         return fail("compare", f"no tag or param {a.by!r} in the selected runs: use one of {', '.join(known)}")
     samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
-    c = changes.changes(t, a.by, lambda run_id, op: samples(run_id)[op]["samples_s"], a.threshold, a.alpha)
+    c = changes.changes(t, a.by, lambda run_id, op: process_samples(samples(run_id)[op]), a.threshold, a.alpha)
     if c.empty:
         values = ", ".join(sorted(t[a.by].dropna().astype(str).unique())) or "none"
         return fail("compare", f"no point was measured with two values of {a.by} (values: {values})")
     print(changes.changes_markdown(c))
-    if ((c["runs_old"] == 1) | (c["runs_new"] == 1)).any():
+    if ((c["processes_old"] == 1) | (c["processes_new"] == 1)).any():
         print("\nnote: a side measured in a single process cannot show process-to-process drift, which can exceed "
               "the change; measure replicates interleaved, e.g. -m repeat=0,1,2,3,4 runtime.python=A,B (see README)")
     counts = c["verdict"].value_counts()

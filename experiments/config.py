@@ -17,9 +17,14 @@ from omegaconf import MISSING
 from experiments.timing import Budget
 
 
-def frameworks() -> list[str]:
-    """Frameworks by naming convention: `experiments/backends/<name>_backend.py` (not imported here)."""
+def backends() -> list[str]:
+    """Frameworks measured in Python, by naming convention: `experiments/backends/<name>_backend.py` (not imported)."""
     return sorted(p.stem.removesuffix("_backend") for p in (Path(__file__).parent / "backends").glob("*_backend.py"))
+
+
+def frameworks() -> list[str]:
+    """The `framework` options: the backends, and `external` (a runner in any language, experiments/external.py)."""
+    return backends() + ["external"]
 
 
 Framework = Enum("Framework", {name: name for name in frameworks()})
@@ -38,6 +43,22 @@ class Device(Enum):
     gpu = "gpu"
 
 
+class MemoryFormat(Enum):
+    contiguous = "contiguous"  # torch: NCHW, as users write it
+    channels_last = "channels_last"  # torch: NHWC strides
+    nhwc = "nhwc"  # jax: XLA's own layout for images
+
+
+CompileMode = Enum("CompileMode", {m: m for m in ("default", "reduce-overhead")})  # torch.compile(mode=...)
+
+
+class Allocator(Enum):
+    glibc = "glibc"  # glibc with mmap/trim thresholds that keep freed activations (no fault-driven speed levels)
+    system = "system"  # the environment as it is
+    jemalloc = "jemalloc"  # LD_PRELOAD of Debian's libjemalloc2
+    tcmalloc = "tcmalloc"  # LD_PRELOAD of Debian's libtcmalloc-minimal4
+
+
 class Op(Enum):
     inference = "inference"
     training = "training"
@@ -52,6 +73,8 @@ DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") spee
 class FrameworkConf:
     name: Framework = MISSING
     compile: bool = MISSING  # jax: jit (idiomatic default), torch: eager by default
+    compile_mode: CompileMode = CompileMode.default  # torch: reduce-overhead adds CUDA graphs (GPUs)
+    memory_format: Optional[MemoryFormat] = MISSING  # torch: contiguous or channels_last; jax: nhwc; external: null
 
 
 @dataclass
@@ -62,8 +85,9 @@ class PrecisionConf:
 
 @dataclass
 class BenchConf(Budget):
-    """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the child's timeout."""
+    """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the harness's own keys."""
 
+    processes: int = MISSING  # fresh measuring processes per point, interleaved
     timeout_s: float = MISSING  # per point, child start and compile included
 
 
@@ -76,6 +100,16 @@ class MlflowConf:
 @dataclass
 class RuntimeConf:
     python: Optional[str] = None  # interpreter of the measuring child; null: the one running the sweep
+    allocator: Allocator = Allocator.glibc  # the measuring child's malloc (recorded as the tag `allocator`)
+
+
+@dataclass
+class ExternalConf:
+    """framework=external: a runner printing seed 000's lines (runners/README.md); top-level keys, so that they
+    can be set in the same sweep as jax and torch."""
+
+    name: Optional[str] = None  # display name, e.g. Lux: the runs' mode
+    command: Optional[str] = None  # template with {model} {precision} {device} {ops} {batch_sizes}
 
 
 @dataclass
@@ -96,6 +130,7 @@ class Config:
     repeat: int = 0  # replicate index: repeat=0,1,2 measures each point in three fresh processes
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
+    external: ExternalConf = field(default_factory=ExternalConf)
     report: ReportConf = field(default_factory=ReportConf)
 
 

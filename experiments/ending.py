@@ -99,16 +99,17 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
     if complete:
         print(o.line())
         return 0
+    unmeasured = "not measured" if o.counts["interrupted"] else "lost"  # a launcher's job was interrupted
     why = f"; {problem}" if problem else ""
-    print(f"nnbench: error: {o.line()}{why}; the points are kept in {sweep.directory}: {UPLOAD} {sweep.directory} "
-          "logs what the store lacks and closes the sweep", file=sys.stderr)
+    print(f"nnbench: error: {o.line(missing_as=unmeasured)}{why}; the points are kept in {sweep.directory}: "
+          f"{UPLOAD} {sweep.directory} logs what the store lacks and closes the sweep", file=sys.stderr)
     return 1
 
 
 def stopped(e: interrupts.Stop) -> int:
     """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
     interrupts.ignore()
-    interrupts.stop_children()
+    interrupts.stop_children(None)  # the signal itself was passed on to a launcher's workers once, by the handler
     signum = getattr(e, "signum", None)
     head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
     sweep = sweeps.ACTIVE

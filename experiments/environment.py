@@ -16,11 +16,16 @@ from pathlib import Path
 ENV_FLAGS = (
     "XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "JAX_PLATFORMS",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_MAX_AUTOTUNE",
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD",
 )
+# Where a scheduler ran the job: recorded, but not part of the fingerprint (another job id is the same environment).
+SCHEDULER_VARS = {"SLURM_JOB_ID": "slurm_job_id", "SLURM_ARRAY_JOB_ID": "slurm_array_job_id",
+                  "SLURM_ARRAY_TASK_ID": "slurm_array_task_id", "SLURM_JOB_PARTITION": "slurm_partition",
+                  "SLURMD_NODENAME": "slurm_node"}
 # Keys whose change makes a different environment for the same config point.
 FINGERPRINT_KEYS = (
     "python_version", "numpy_version", "jax_version", "jaxlib_version", "flax_version", "optax_version",
-    "torch_version", "cuda_version", "cudnn_version", "device_name", "cpu_model", "precision_policy",
+    "torch_version", "cuda_version", "cudnn_version", "device_name", "cpu_model", "precision_policy", "allocator",
 ) + tuple(f"env_{k}" for k in ENV_FLAGS)
 
 
@@ -51,8 +56,10 @@ def host_record() -> dict[str, str]:
         "memory_total_bytes": str(psutil.virtual_memory().total),
         "host": socket.gethostname(),
         "load_avg_1m": f"{os.getloadavg()[0]:.2f}",  # at the child's start: a busy host explains noisy numbers
+        "allocator": os.environ.get("NNBENCH_ALLOCATOR", "system"),  # runtime.allocator, as the harness set it
     }
     rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
+    rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
     return rec
 
 

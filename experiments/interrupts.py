@@ -63,15 +63,15 @@ def _handle(signum: int, frame) -> None:
         raise Interrupted(_received)
 
 
-def stop_children(signum: int = signal.SIGTERM) -> bool:
-    """Kill each measuring child's process group; pass the signal on to other children (a launcher's workers,
-    which handle it themselves). True if any child was there, running or not yet reaped."""
+def stop_children(signum: int | None = signal.SIGTERM) -> bool:
+    """Kill each measuring child's process group; pass `signum` on to other children (a launcher's workers,
+    which stop their own children; None: leave them). True if any child was there, running or not yet reaped."""
     children = psutil.Process().children()
     for c in children:
         with contextlib.suppress(ProcessLookupError, psutil.Error):
             if os.getsid(c.pid) == c.pid:  # a session leader: a measuring child (start_new_session=True)
                 os.killpg(c.pid, signal.SIGKILL)
-            else:
+            elif signum is not None:
                 c.send_signal(signum)
     return bool(children)
 

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import traceback
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from experiments import child, records
+from experiments import child, external, records
 from experiments.preflight import Job
-from experiments.protocol import Json, PointResult
+from experiments.protocol import Json, Point, PointResult
 
 TIMES = "job.json"
 
@@ -29,33 +30,56 @@ class JobTimes(Json):
         return self.wall_s - self.measuring_s
 
 
-def run_job(job: Job, job_dir: Path,
-            on_record: Callable[[records.Record, Path], None] = lambda r, d: None) -> list[records.Record]:
-    """Measure every point of the job; each record is saved in its directory, then handed to `on_record`.
+Measured = Callable[[Point, int, PointResult, "records.Record | None", "Path | None"], None]
 
+
+def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None,
+            peaks: Path | None = None) -> list[records.Record]:
+    """Measure every point of the job in `bench.processes` fresh children, one after another; each child
+    measures every point, so a point's processes are interleaved with the others' points.
+
+    `on_measured(point, process, result, record, directory)` hears of each point as each process reports it;
+    after the last process the point's record is built, saved in its directory, and passed along (else None).
     Measurement faults become failed records; nothing raises.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(yaml.safe_dump(job.cfg, sort_keys=False))
+    n, ext = job.cfg["bench"]["processes"], job.cfg["external"]
+    if job.cfg["framework"]["name"] == "external":  # a runner in any language, in the measuring child's place
+        measure = partial(external.run, template=ext["command"], name=ext["name"])
+    else:
+        measure = partial(child.run, python=job.python, allocator=job.cfg["runtime"]["allocator"])
+    results: list[list[PointResult]] = [[] for _ in job.points]
     recs: list[records.Record] = []
+    for r in range(n):
+        order = iter(range(len(job.points)))  # a child reports its points in order
 
-    def record(result: PointResult) -> None:
-        rec = records.build(job.cfg, job.points[len(recs)], result, job.spec.param_count())
-        directory = job_dir / "points" / rec.slug
-        rec.save(directory)
-        if rec.samples:
-            from experiments import report  # matplotlib: only once there is something to draw
+        def take(result: PointResult, r: int = r) -> None:
+            i = next(order)
+            results[i].append(result)
+            if r < n - 1:
+                return on_measured(job.points[i], r, result, None, None)
+            try:
+                rec = records.build(job.cfg, job.points[i], results[i], job.spec.param_count())
+            except Exception:  # a harness bug fails this point, not the sweep
+                failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
+                rec = records.build(job.cfg, job.points[i], [failed], job.spec.param_count())
+            directory = job_dir / "points" / rec.slug
+            rec.save(directory)
+            if rec.samples:
+                from experiments import report  # matplotlib: only once there is something to draw
 
-            report.plot_samples(rec.samples, directory / "samples.png")
-        recs.append(rec)
-        on_record(rec, directory)
+                report.plot_samples(rec.samples, directory / "samples.png")
+            recs.append(rec)
+            on_measured(job.points[i], r, result, rec, directory)
 
-    try:
-        child.run(job.request(), job_dir, job.cfg["bench"]["timeout_s"], job.python, record)
-    except Exception:  # a harness bug must not stop the sweep either
-        reason = traceback.format_exc()
-        for p in job.points[len(recs):]:
-            record(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
+        try:
+            measure(job.request(peaks and peaks.resolve()), job_dir / f"process-{r}", job.cfg["bench"]["timeout_s"],
+                    on_result=take)
+        except Exception:  # a harness bug must not stop the sweep either
+            reason = traceback.format_exc()
+            for p in [p for p, got in zip(job.points, results) if len(got) == r]:
+                take(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
     return recs
 
 
@@ -71,6 +95,9 @@ def summary(rec: records.Record) -> str:
                          f"[{m[f'{op}_ci95_low_s'] * 1e3:.3f}, {m[f'{op}_ci95_high_s'] * 1e3:.3f}]")
         elif f"skip_reason_{op}" in rec.tags:
             parts.append(f"{op} skipped ({rec.tags[f'skip_reason_{op}']})")
+    if rec.tags.get("noisy") == "true":
+        busy = max(v for k, v in rec.metrics.items() if k.endswith("_background_cores"))
+        parts.append(f"NOISY: other processes used {busy:.2f} cores while it was measured")
     return "; ".join(parts)
 
 

@@ -1,6 +1,7 @@
 """Everything that can be known wrong before measuring, and each job's points: one check for runs and sweeps."""
 from __future__ import annotations
 
+import ctypes.util
 import inspect
 import math
 import os
@@ -9,14 +10,15 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 from typing import NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
 import models
-from experiments import child, records
-from experiments.config import Precision, frameworks
-from experiments.protocol import Point, Request
+from experiments import child, external
+from experiments.config import DEFAULT_BASELINE, Precision
+from experiments.protocol import Point, Request, Setup
 from experiments.timing import Budget
 
 
@@ -50,12 +52,18 @@ class Job:
         """The interpreter of the measuring child."""
         return self.cfg["runtime"]["python"] or sys.executable
 
-    def request(self) -> Request:
-        """What the measuring child is asked to do."""
+    @property
+    def setup(self) -> Setup:
+        """How the framework is set up in the child."""
+        c, fw = self.cfg, self.cfg["framework"]
+        return Setup(c["precision"]["name"], c["device"], c["precision"]["tf32"], fw["compile"], fw["compile_mode"],
+                     fw["memory_format"] or "n/a")
+
+    def request(self, peaks: Path | None = None) -> Request:
+        """What the measuring child is asked to do; `peaks`: the sweep's cache of calibrated peaks."""
         c = self.cfg
-        return Request(framework=c["framework"]["name"], compile=c["framework"]["compile"], model=c["model"],
-                       precision=c["precision"]["name"], tf32=c["precision"]["tf32"], device=c["device"],
-                       seed=c["seed"], budget=Budget.of(c["bench"]), points=self.points)
+        return Request(c["framework"]["name"], self.setup, c["model"], c["seed"], Budget.of(c["bench"]), self.points,
+                       str(peaks) if peaks else None)
 
 
 def as_dict(cfg: DictConfig) -> dict:
@@ -67,8 +75,9 @@ def as_dict(cfg: DictConfig) -> dict:
 def model_spec(cfg: dict) -> models.ModelSpec:
     name = cfg["model"]["name"]
     keys = {k: v for k, v in cfg["model"].items() if k != "name"}
-    for k, v in keys.items():  # a size the model declares as an int (matmul_chain's n, m, depth) must be one, > 0
-        default = inspect.signature(import_module(f"models.{name}").build).parameters.get(k)
+    build = import_module(f"models.{name}").build if name in models.available() else None
+    for k, v in keys.items() if build else ():  # a size the model declares as an int (matmul_chain's n, m) is one, > 0
+        default = inspect.signature(build).parameters.get(k)
         if default is not None and type(default.default) is int and not (type(v) is int and v > 0):
             raise BadInput(f"model.{k} must be a positive integer (got {v!r}): use e.g. model.{k}={default.default}")
     try:
@@ -81,6 +90,7 @@ PRECISIONS = [p.value for p in Precision]
 # Budget keys with a stricter rule than "a finite number >= 0" (which every numeric bench key must be).
 BENCH_RULES = {
     "min_samples": (lambda v: v >= 1, "at least 1"),
+    "processes": (lambda v: v >= 1, "at least 1 (fresh measuring processes per point)"),
     "max_time_s": (lambda v: v > 0, "positive (seconds of sampling per op)"),
     "target_rel_ci": (lambda v: 0 < v < 1, "between 0 and 1 (0.02: stop at a ±2% CI of the median)"),
     "timeout_s": (lambda v: v > 0, "positive (seconds per point, child start and compile included)"),
@@ -107,11 +117,10 @@ def check_values(cfg: dict) -> None:
     if bench["max_samples"] < bench["min_samples"]:
         raise BadInput(f"bench.max_samples ({bench['max_samples']}) is below bench.min_samples "
                        f"({bench['min_samples']}): raise it")
-    mode, _, prec = cfg["report"]["baseline"].partition(" ")
-    if mode.partition("-")[0] not in frameworks() or not mode.partition("-")[2] or prec not in PRECISIONS:
-        examples = ", ".join(f"'{records.mode(fw, False)} fp32'" for fw in frameworks())
+    mode, _, prec = cfg["report"]["baseline"].partition(" ")  # modes: jax-jit, torch-compile-cg, a runner's name
+    if not mode or prec not in PRECISIONS:
         raise BadInput(f"report.baseline must be '<mode> <precision>' (got {cfg['report']['baseline']!r}): e.g. "
-                       f"{examples}; precisions {', '.join(PRECISIONS)}")
+                       f"'{DEFAULT_BASELINE}'; precisions {', '.join(PRECISIONS)}")
 
 
 def check(cfg: dict) -> Job:
@@ -122,15 +131,27 @@ def check(cfg: dict) -> Job:
     if not (os.path.isfile(job.python) and os.access(job.python, os.X_OK)):
         raise BadInput(f"runtime.python={job.python} is not an executable interpreter: give the path of a venv's "
                        "bin/python, or runtime.python=null")
+    if cfg["framework"]["name"] == "external":
+        try:
+            external.check(cfg["external"]["command"], cfg["external"]["name"])
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+    allocator = cfg["runtime"]["allocator"]
+    if "LD_PRELOAD" in child.ALLOCATORS[allocator]:
+        lib = child.ALLOCATORS[allocator]["LD_PRELOAD"]
+        if not ctypes.util.find_library(lib.removeprefix("lib").split(".so")[0]):
+            raise BadInput(f"runtime.allocator={allocator} needs {lib}: apt-get install "
+                           f"{'libjemalloc2' if allocator == 'jemalloc' else 'libtcmalloc-minimal4'}, "
+                           "or runtime.allocator=glibc")
     return job
 
 
 def jobs(cfgs: list[dict]) -> list[Job]:
     """Every job of a run or a sweep, checked, and each interpreter asked (all at once) whether it can measure."""
     checked = [check(c) for c in cfgs]
-    asks = {(j.python, j.cfg["framework"]["name"], j.cfg["precision"]["name"], j.cfg["device"]) for j in checked}
+    asks = {(j.python, j.cfg["framework"]["name"], j.setup) for j in checked if j.cfg["framework"]["name"] != "external"}
     problems = dict(zip(asks, probe(list(asks))))
-    for (python, fw, _, _), problem in problems.items():
+    for (python, fw, _), problem in problems.items():
         if problem and python == sys.executable:
             raise BadInput(problem)
         if problem:
@@ -139,11 +160,11 @@ def jobs(cfgs: list[dict]) -> list[Job]:
     return checked
 
 
-def probe(asks: list[tuple[str, str, str, str]]) -> list[str | None]:
-    """Ask children, in parallel, whether each (python, framework, precision, device) works; None where it does."""
-    procs = [subprocess.Popen([python, "-m", "experiments.worker", "--probe", fw, precision, device], cwd=child.ROOT,
+def probe(asks: list[tuple[str, str, Setup]]) -> list[str | None]:
+    """Ask children, in parallel, whether each (python, framework, set-up) works; None where it does."""
+    procs = [subprocess.Popen([python, "-m", "experiments.worker", "--probe", fw, setup.to_json()], cwd=child.ROOT,
                               env=child.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for python, fw, precision, device in asks]
+             for python, fw, setup in asks]
     out = []
     for p in procs:
         stdout, stderr = p.communicate()

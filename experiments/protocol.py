@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
-from experiments.timing import Budget, Measurement, Stats
+from experiments.timing import Budget, Measurement, Stats, summarize
 
 
 class Json:
@@ -44,9 +45,12 @@ def _build(tp, value):
     return value
 
 
-def metric():
-    """A per-op number that lands in MLflow as `<op>_<name>` (None: not measured, not logged)."""
-    return field(default=None, metadata={"metric": True})
+def metric(combine: Callable[[list], float] = statistics.median):
+    """A per-op number that lands in MLflow as `<op>_<name>` (None: not measured, not logged).
+
+    `combine` folds the values of a point's measuring processes into one (the median, or e.g. max for a peak).
+    """
+    return field(default=None, metadata={"metric": True, "combine": combine})
 
 
 @dataclass(frozen=True)
@@ -58,18 +62,28 @@ class Point(Json):
 
 
 @dataclass(frozen=True)
+class Setup(Json):
+    """How a framework is set up in the measuring child, once, before any array exists."""
+
+    precision: str  # fp32, bf16, fp16, fp64
+    device: str  # auto, cpu or gpu, as configured
+    tf32: bool = False
+    compile: bool = False  # jax: jit; torch: torch.compile
+    compile_mode: str = "default"  # torch.compile's mode: default or reduce-overhead (CUDA graphs)
+    memory_format: str = "contiguous"  # torch: contiguous or channels_last; jax: nhwc
+
+
+@dataclass(frozen=True)
 class Request(Json):
     """What the harness asks of one measuring child: a framework set-up, a model, and the points to time."""
 
     framework: str
-    compile: bool
+    setup: Setup
     model: dict[str, Any]  # models.load(**model): its name and keys
-    precision: str
-    tf32: bool
-    device: str  # auto, cpu or gpu, as configured
     seed: int
     budget: Budget
     points: tuple[Point, ...]
+    peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
 
 
 @dataclass
@@ -82,13 +96,34 @@ class OpResult(Json):
     measurement: Measurement | None = None  # every per-call sample, the block length, the stop reason
     stats: Stats | None = None
     calls_per_block: int | None = metric()  # calls timed together per sample: timer overhead shrinks with it
+    flops: int | None = metric()  # per call, counted from the model's layers (experiments.flops)
+    compiles: int | None = metric(max)  # jit/torch.compile compilations over the whole measurement: 1 when sound
+    page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
+    peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU), see README
+    background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
 
     def metrics(self) -> dict[str, float]:
         """The numbers MLflow gets for this op: the stats, then every `metric()` field that was measured."""
         out = dataclasses.asdict(self.stats) if self.stats else {}
-        out |= {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.metadata.get("metric") and getattr(self, f.name) is not None}
+        out |= {f.name: getattr(self, f.name) for f in _metric_fields() if getattr(self, f.name) is not None}
         return {k: float(v) for k, v in out.items()}
+
+    @classmethod
+    def merge(cls, results: list["OpResult"], batch: int) -> "OpResult":
+        """One op over a point's measuring processes: statistics of all their samples, each metric combined."""
+        first = results[0]
+        if len(results) == 1 or first.status != "ok":
+            return first
+        merged = {f.name: f.metadata["combine"]([getattr(r, f.name) for r in results])
+                  for f in _metric_fields() if all(getattr(r, f.name) is not None for r in results)}
+        return cls("ok", device=first.device, stats=summarize([r.measurement for r in results], batch), **merged)
+
+
+def _metric_fields() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(OpResult) if f.metadata.get("metric")]
+
+
+METRICS = tuple(f.name for f in _metric_fields())  # besides timing.STATS
 
 
 @dataclass
@@ -99,5 +134,6 @@ class PointResult(Json):
     device: str = "n/a"
     environment: dict[str, str] = field(default_factory=dict)
     ops: dict[str, OpResult] = field(default_factory=dict)
+    peak_tflops: float | None = None  # what a large matmul sustains here, this framework and precision
     failure: str | None = None  # a crash, an OOM kill, a timeout: the point failed
     stderr_tail: str = ""  # the child's last output, kept with a failure

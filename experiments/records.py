@@ -3,19 +3,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from experiments.environment import fingerprint, suite_record
-from experiments.protocol import Point, PointResult
+from experiments.peaks import vendor_tflops
+from experiments.protocol import OpResult, Point, PointResult
 
 STATUS = {"ok": "FINISHED", "skipped": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
 REASON_CHARS = 4000  # well under MLflow's tag value limit
 # The params of every point run, besides the flattened config; compare and report select and group by them.
 PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
-          "param_count", "repeat")
+          "param_count", "repeat", "memory_format")
+# Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
+# process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
+NOISY_CORES = 0.2
+DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")  # per op, from flops, the median and the peaks
 META = "record.json"
 
 
@@ -57,9 +63,16 @@ class Record:
                    samples=read("samples.json", json.loads, {}), stderr=read("stderr.txt", str, ""))
 
 
-def mode(framework: str, compiled: bool) -> str:
-    """How a framework ran: jax-jit, jax-eager, torch-eager, torch-compile (`compile` unless jax's `jit`)."""
-    return f"{framework}-" + ({"jax": "jit"}.get(framework, "compile") if compiled else "eager")
+def mode(cfg: dict) -> str:
+    """How a framework ran: jax-jit, jax-eager, torch-eager, torch-compile (`compile` unless jax's `jit`), then
+    `-cg` for CUDA graphs (compile_mode=reduce-overhead) and `-cl` for channels_last; an external runner's name."""
+    framework = cfg["framework"]
+    name, compiled = framework["name"], framework["compile"]
+    if name == "external":
+        return cfg["external"]["name"]
+    out = f"{name}-" + ({"jax": "jit"}.get(name, "compile") if compiled else "eager")
+    out += "-cg" if framework.get("compile_mode", "default") == "reduce-overhead" else ""
+    return out + ("-cl" if framework.get("memory_format") == "channels_last" else "")
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -73,34 +86,65 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def build(cfg: dict, point: Point, result: PointResult, param_count: int) -> Record:
-    """cfg: the resolved job config; point: its batch size and ops; result: the child's line or a failure."""
+def build(cfg: dict, point: Point, results: list[PointResult], param_count: int) -> Record:
+    """cfg: the resolved job config; point: its batch size and ops; results: the point as each measuring process
+    reported it (or why it could not). A failure in any process fails the point; its samples are kept."""
     fw, model, prec = cfg["framework"]["name"], cfg["model"]["name"], cfg["precision"]["name"]
-    run_mode, bs = mode(fw, cfg["framework"]["compile"]), point.batch_size
+    run_mode, bs = mode(cfg), point.batch_size
+    ok = [r for r in results if r.failure is None]
     params = {
         "framework": fw, "compile": str(cfg["framework"]["compile"]).lower(), "mode": run_mode, "model": model,
-        "precision": prec, "batch_size": str(bs), "device": result.device, "device_requested": cfg["device"],
-        "ops": ",".join(point.ops), "param_count": str(param_count), "repeat": str(cfg.get("repeat", 0)),
+        "precision": prec, "batch_size": str(bs), "device": ok[0].device if ok else "n/a",
+        "device_requested": cfg["device"], "ops": ",".join(point.ops), "param_count": str(param_count),
+        "repeat": str(cfg.get("repeat", 0)), "memory_format": cfg["framework"].get("memory_format") or "n/a",
     }
     assert tuple(params) == PARAMS
     params |= flatten(cfg, "config.")
-    env = result.environment
+    env = ok[0].environment if ok else {}
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a"}
-    metrics: dict[str, float] = {}
-    samples: dict[str, dict] = {}
-    if result.failure is not None:
-        outcome = "failed"
-        tags["failure_reason"] = f"{result.failure}\n{result.stderr_tail}"[-REASON_CHARS:]
+    metrics, samples = measured(point, ok, tags)
+    failed = [r for r in results if r.failure is not None]
+    if failed:
+        outcome, metrics = "failed", {}
+        which = f" (process {results.index(failed[0]) + 1} of {len(results)})" if len(results) > 1 else ""
+        tags["failure_reason"] = f"{failed[0].failure}{which}\n{failed[0].stderr_tail}"[-REASON_CHARS:]
     else:
-        for op, r in result.ops.items():
-            if r.status == "ok":
-                metrics |= {f"{op}_{k}": v for k, v in r.metrics().items()}
-                samples[op] = {**dataclasses.asdict(r.measurement), "device": r.device}
-            else:
-                tags[f"skip_reason_{op}"] = r.reason[:REASON_CHARS]
         outcome = "ok" if samples else "skipped"
     tags["outcome"] = outcome
+    return Record(run_name=run_name(cfg, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome, params=params, metrics=metrics, tags=tags, config=cfg, samples=samples,
+                  stderr=failed[0].stderr_tail if failed else "")
+
+
+def run_name(cfg: dict, point: Point) -> str:
+    """`lenet · jax-jit · fp32 · bs32`, and the replicate from repeat=1 on."""
     rep = f" · r{cfg['repeat']}" if cfg.get("repeat") else ""
-    return Record(run_name=f"{model} · {run_mode} · {prec} · bs{bs}{rep}", slug=f"{model}-{run_mode}-{prec}-bs{bs}",
-                  outcome=outcome, params=params, metrics=metrics, tags=tags, config=cfg, samples=samples,
-                  stderr=result.stderr_tail)
+    return f"{cfg['model']['name']} · {mode(cfg)} · {cfg['precision']['name']} · bs{point.batch_size}{rep}"
+
+
+def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> tuple[dict, dict]:
+    """Metrics and samples of the ops the processes measured; skip reasons and the noisy flag go to `tags`."""
+    metrics: dict[str, float] = {}
+    samples: dict[str, dict] = {}
+    peak = statistics.median(r.peak_tflops for r in results) if results and results[0].peak_tflops else None
+    vendor = vendor_tflops(tags.get("device_name", ""), tags.get("precision_policy", ""))
+    for op in point.ops if results else ():
+        rs = [r.ops[op] for r in results]
+        if rs[0].status != "ok":
+            tags[f"skip_reason_{op}"] = rs[0].reason[:REASON_CHARS]
+            continue
+        m = OpResult.merge(rs, point.batch_size).metrics()
+        if "flops" in m:
+            m["achieved_tflops"] = m["flops"] / m["median_s"] / 1e12
+            m |= {"mfu": m["achieved_tflops"] / peak} if peak else {}
+            m |= {"mfu_vendor": m["achieved_tflops"] / vendor} if vendor else {}
+        metrics |= {f"{op}_{k}": v for k, v in m.items()}
+        runs = [dataclasses.asdict(r.measurement) for r in rs]
+        samples[op] = {"samples_s": [t for r in runs for t in r["samples_s"]], "block": runs[0]["block"],
+                       "stop_reason": runs[0]["stop_reason"], "elapsed_s": sum(r["elapsed_s"] for r in runs),
+                       "device": rs[0].device, "processes": runs}
+    if peak:
+        metrics["peak_tflops"] = peak
+    if samples:
+        noisy = max((v for k, v in metrics.items() if k.endswith("_background_cores")), default=0.0) > NOISY_CORES
+        tags["noisy"] = str(noisy).lower()
+    return metrics, samples

@@ -12,8 +12,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.config import DEFAULT_BASELINE, OPS  # noqa: E402
-from experiments.records import PARAMS  # noqa: E402
+from experiments.protocol import METRICS  # noqa: E402
+from experiments.records import DERIVED, PARAMS  # noqa: E402
 from experiments.timing import STATS  # noqa: E402
+
+OP_METRICS = STATS + METRICS + DERIVED  # the `<op>_<name>` metrics of a point run
 
 
 def tidy(runs: pd.DataFrame) -> pd.DataFrame:
@@ -28,7 +31,7 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
             row = {"run_id": r["run_id"], "run_name": r.get("tags.mlflow.runName"), "op": op,
                    "start_time": r.get("start_time")}
             row |= {p: r.get(f"params.{p}") for p in PARAMS}
-            row |= {s: r.get(f"metrics.{op}_{s}") for s in STATS}
+            row |= {m: r.get(f"metrics.{op}_{m}") for m in OP_METRICS} | {"peak_tflops": r.get("metrics.peak_tflops")}
             row |= {c[5:]: r[c] for c in runs.columns if c.startswith("tags.") and not c.startswith("tags.mlflow.")}
             rows.append(row)
     t = pd.DataFrame(rows)
@@ -51,6 +54,8 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     out["n_samples"], out["runs"] = g["n_samples"].sum(), g.size()
     out["run_id"] = g["run_id"].agg(",".join)
     out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
+    out["mfu"] = g["mfu"].median()
+    out["noisy"] = g["noisy"].agg(lambda v: bool((v == "true").any())) if "noisy" in t else False
     out = out.reset_index()
     out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
     return out
@@ -66,6 +71,10 @@ def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[st
         if y == "median_s":
             out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["median_s"],
                                        "lo": g["p25_s"], "hi": g["p75_s"]}).reset_index(drop=True)
+        elif y == "mfu":  # no band: one peak per environment
+            if g["mfu"].notna().any():
+                out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["mfu"], "lo": g["mfu"],
+                                             "hi": g["mfu"]}).reset_index(drop=True)
         else:  # throughput: the band follows from the time quartiles
             out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["throughput_samples_per_s"],
                                        "lo": g["batch_size"] / g["p75_s"],
@@ -86,7 +95,7 @@ def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
     s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
-                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "run_id"]]
+                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", "noisy", "run_id"]]
     sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])["speedup"]
     s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "variant"])
     return s.reset_index(drop=True)
@@ -100,9 +109,16 @@ def markdown(s: pd.DataFrame) -> str:
         "median ms": (s["median_s"] * 1e3).map("{:.4g}".format),
         "p25–p75 ms": [f"{a * 1e3:.4g}–{b * 1e3:.4g}" for a, b in zip(s["p25_s"], s["p75_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
+        "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
     })
     view[speedup.replace("_", " ")] = s[speedup].map(lambda v: "" if pd.isna(v) else f"{v:.2f}×")
+    if s["noisy"].any():  # other processes used the CPU while these were measured (README: noisy-machine guard)
+        view["noisy"] = s["noisy"].map({True: "NOISY", False: ""})
     return view.to_markdown(index=False)
+
+
+YLABELS = {"median_s": "Time per call (s) (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
+           "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
 
 
 def figure_title(model: str, op: str) -> str:
@@ -121,8 +137,8 @@ def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "media
     sizes = sorted({b for d in lines.values() for b in d["batch_size"]})
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("Batch size (log2 scale)")
-    ax.set_ylabel("Time per call (s) (log2 scale)" if y == "median_s" else "Throughput (samples/s) (log2 scale)")
-    ax.set_title(figure_title(model, op) + ("" if y == "median_s" else " (throughput)"), fontweight="bold")
+    ax.set_ylabel(YLABELS[y])
+    ax.set_title(figure_title(model, op) + {"median_s": "", "mfu": " (MFU)"}.get(y, " (throughput)"), fontweight="bold")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left" if y == "median_s" else "lower right")
     fig.tight_layout()
@@ -156,7 +172,8 @@ def plot_samples(samples: dict, path: Path) -> Path:
     for (op, d), (ax_t, ax_h) in zip(samples.items(), axes):
         ms = [v * 1e3 for v in d["samples_s"]]
         ax_t.plot(ms, marker=".", linewidth=0.8)
-        ax_t.set_title(f"{op}: {len(ms)} samples of {d['block']} call(s)", fontsize=9)
+        procs = len(d.get("processes", [d]))
+        ax_t.set_title(f"{op}: {len(ms)} samples of {d['block']} call(s), {procs} process(es) in turn", fontsize=9)
         ax_t.set_xlabel("sample")
         ax_t.set_ylabel("ms per call")
         ax_h.hist(ms, bins=min(40, max(5, len(ms) // 3)))
@@ -187,6 +204,8 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     for (model, op), _ in t.groupby(["model", "op"], sort=True):
         pngs.append(plot_lines(t, model, op, out / f"time_{model}_{op}.png"))
         pngs.append(plot_lines(t, model, op, out / f"throughput_{model}_{op}.png", y="throughput_samples_per_s"))
+        if series(t, model, op, "mfu"):
+            pngs.append(plot_lines(t, model, op, out / f"mfu_{model}_{op}.png", y="mfu"))
     sp = plot_speedup(t, baseline, out / "speedup.png")
     if sp:
         pngs.append(sp)

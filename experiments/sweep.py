@@ -15,7 +15,8 @@ from pathlib import Path
 from experiments.preflight import Job
 from experiments.protocol import Json
 
-STATE, PROGRESS, LOCK = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-sweep.lock"
+STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
+LOCK = "nnbench-sweep.lock"
 MARKER = "mlflow_run_id"  # in a point dir: the id of its run, written as soon as the run is created
 _held: list[int] = []  # lock file descriptors, open for the life of the process
 
@@ -28,6 +29,7 @@ class SweepState(Json):
     jobs: int | None  # None: a sweeper whose jobs can't be listed in advance
     points: int | None
     start: float
+    measurements: int | None = None  # points × processes: what the progress counts
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
 
 
@@ -106,7 +108,7 @@ class Sweep:
         with open(self.progress, "a") as f:
             f.write(".")
         state, done = self.read(), self.progress.stat().st_size
-        total = state.points or done
+        total = state.measurements or state.points or done
         eta = (time.time() - state.start) / done * max(total - done, 0)
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"
 
@@ -128,8 +130,9 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         exp_id = tracking.open_store(uri, experiment)
         upload.close_stale(uri, exp_id)
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
+        measurements = sum(len(j.points) * j.cfg["bench"]["processes"] for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
-        state = SweepState(uri, exp_id, None, n_jobs, points, time.time())
+        state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements)
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:

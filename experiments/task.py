@@ -20,7 +20,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments import ending, inputs, interrupts, job, preflight, records, stores
-from experiments.sweep import MARKER, Sweep, SweepState, SweepTaken, open_sweep
+from experiments import sweep as sweeps
+from experiments.protocol import Point, PointResult
+from experiments.sweep import MARKER, PEAKS, Sweep, SweepState, SweepTaken, open_sweep
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -43,9 +45,17 @@ def run(cfg: DictConfig) -> None:
     except Exception as e:  # a store that can't be opened
         preflight.fail(preflight.first_line(e))
 
-    def on_record(rec: records.Record, directory: Path) -> None:
-        if interrupts.pending() and rec.outcome == "failed":  # the signal stopped the child, not a fault
-            rec = interrupted(rec, interrupts.pending())
+    def on_measured(point: Point, process: int, result: PointResult, rec: records.Record | None,
+                    directory: Path | None) -> None:
+        if rec is None and not (interrupts.pending() and result.failure is not None):
+            log.info("%s %s: process %d of %d %s", tick(sweep), records.run_name(this.cfg, point), process + 1,
+                     c["bench"]["processes"], f"FAILED: {result.failure}" if result.failure else "measured")
+            interrupts.checkpoint()  # a point's record comes after its last process
+            return
+        if interrupts.pending() and (rec is None or rec.outcome == "failed"):  # the signal stopped the child
+            rec = interrupted(rec or records.build(this.cfg, point, [result], this.spec.param_count()),
+                              interrupts.pending())
+            directory = out / "points" / rec.slug
             rec.save(directory)
         log_point(state, sweep, rec, directory)
         if rec.outcome == "interrupted":
@@ -56,11 +66,16 @@ def run(cfg: DictConfig) -> None:
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            recs = job.run_job(this, out, on_record)
+            recs = job.run_job(this, out, on_measured, sweep.directory / PEAKS)
         times = job.JobTimes(time.perf_counter() - start, job.measuring_s(recs), len(recs))
         (out / job.TIMES).write_text(times.to_json())
         log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, times.fixed_s, times.points)
+    except interrupts.Interrupted as e:
+        if not multirun or sweeps.ACTIVE is not None:
+            raise  # this process runs the sweep: it ends the sweep
+        log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
+        return  # worker (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
     except OSError as e:
         if e.errno in FATAL:
             raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
@@ -91,12 +106,8 @@ def log_point(state: SweepState, sweep: Sweep, rec: records.Record, directory: P
     """Progress line, then the run (its id to the marker first); a store failure costs only a logged line."""
     from experiments import tracking  # mlflow is slow to import: only once the job is known good
 
-    try:
-        progress = sweep.tick()
-    except OSError:
-        progress = "[?]"
     what = f"INTERRUPTED ({rec.tags['failure_reason']})" if rec.outcome == "interrupted" else job.summary(rec)
-    log.info("%s %s: %s", progress, rec.run_name, what)
+    log.info("%s %s: %s", tick(sweep), rec.run_name, what)
     try:
         tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
                             on_created=(directory / MARKER).write_text)
@@ -104,6 +115,14 @@ def log_point(state: SweepState, sweep: Sweep, rec: records.Record, directory: P
         log.error("could not log %s to %s (%s); it is kept in %s: log it later with "
                   "`python -m experiments.upload %s`", rec.run_name, state.uri, preflight.first_line(e), directory,
                   directory)
+
+
+def tick(sweep: Sweep) -> str:
+    """The progress count (a full disk must not stop the logging of what is measured)."""
+    try:
+        return sweep.tick()
+    except OSError:
+        return "[?]"
 
 
 def interrupted(rec: records.Record, signum: int) -> records.Record:

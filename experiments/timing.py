@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, fields
-from typing import Any, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ class Budget:
     warmup_calls: int  # ...and at least this many calls (caches and allocators settle over a few calls)
     min_samples: int
     max_samples: int
+    min_time_s: float  # sample at least this long, whatever the CI says: one short window misses slow drift
     max_time_s: float  # sampling budget per op, warm-up excluded
     target_rel_ci: float  # stop once the 95% CI of the median is within ±this fraction
     min_block_s: float  # short calls are repeated in blocks at least this long
@@ -38,6 +39,12 @@ class Measurement:
     first_call_s: float  # trace/compile plus the first run
     stop_reason: str  # "ci", "time" or "samples"
     elapsed_s: float = 0.0  # wall time of the whole measurement, first call and warm-up included
+    meter: dict[str, float] = field(default_factory=dict)  # the change of `meter()` over the sampling
+
+    @property
+    def calls(self) -> int:
+        """Calls timed in the samples (warm-up and first call excluded)."""
+        return self.block * len(self.samples_s)
 
 
 def _binom_cdf_table(n: int) -> list[float]:
@@ -91,10 +98,12 @@ def ci_ok(samples: list[float], budget: Budget) -> bool:
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
-            clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None) -> Measurement:
-    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI or the budget says stop.
+            clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
+            meter: Callable[[], dict[str, float]] = dict) -> Measurement:
+    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI and the budget say stop.
 
-    `inspect` sees the first output, untimed (the worker checks which device it lives on).
+    `inspect` sees the first output, untimed (the worker checks which device it lives on). `meter` is read
+    just before and just after the sampling (page faults, CPU time, ...); the Measurement keeps the change.
     """
     begin = t0 = clock()
     out = fn()
@@ -115,6 +124,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate
 
     samples: list[float] = []
+    before = meter()
     start = clock()
     while True:
         t0 = clock()
@@ -122,7 +132,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             sync(fn())
         t1 = clock()
         samples.append((t1 - t0) / block)
-        if ci_ok(samples, budget):
+        if t1 - start >= budget.min_time_s and ci_ok(samples, budget):
             reason = "ci"
         elif t1 - start >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):
             reason = "time"
@@ -130,7 +140,9 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             reason = "samples"
         else:
             continue
-        return Measurement(samples, block, first, reason, clock() - begin)
+        after = meter()
+        change = {k: after[k] - before[k] for k in after}
+        return Measurement(samples, block, first, reason, clock() - begin, change)
 
 
 @dataclass(frozen=True)
@@ -151,16 +163,42 @@ class Stats:
 STATS = tuple(f.name for f in fields(Stats))  # the per-op metric names: `<op>_<stat>`
 
 
-def summarize(m: Measurement, batch: int) -> Stats:
-    """Statistics over the per-call samples; throughput is batch items per second at the median."""
-    s = np.asarray(m.samples_s, dtype=float)
-    med = float(np.median(s))
-    lo, hi = median_ci(s)
+def median_of_medians(runs: Sequence[Sequence[float]]) -> float:
+    """The point statistic: the median over processes of each process's median (one process: its median)."""
+    return float(np.median([np.median(r) for r in runs]))
+
+
+def boot_medians(runs: Sequence[Sequence[float]], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap the median of medians, resampling samples within each process and then the processes.
+
+    With one process this is the ordinary bootstrap of the median; with several, process-to-process drift
+    widens the CI, as it should: samples from one process are not independent of that process's state.
+    """
+    arrays = [np.asarray(r, dtype=float) for r in runs]
+    per_run = np.stack([np.median(rng.choice(r, (n_boot, len(r))), axis=1) for r in arrays])  # (runs, n_boot)
+    picks = rng.integers(len(arrays), size=(n_boot, len(arrays)))
+    return np.median(per_run[picks, np.arange(n_boot)[:, None]], axis=1)
+
+
+def summarize(ms: Sequence[Measurement], batch: int) -> Stats:
+    """Statistics of one point over its measuring processes; throughput is batch items per second at the median.
+
+    One process: its median, with the distribution-free CI of the median. Several: the median of the process
+    medians, with a two-level bootstrap CI (processes, then samples), so drift between processes counts.
+    Spread, min, mean and std are over all samples.
+    """
+    runs = [m.samples_s for m in ms]
+    s = np.concatenate([np.asarray(r, dtype=float) for r in runs])
+    if len(runs) == 1:
+        med, (lo, hi) = float(np.median(s)), median_ci(s)
+    else:
+        med = median_of_medians(runs)
+        lo, hi = (float(v) for v in np.percentile(boot_medians(runs, 2000, np.random.default_rng(0)), [2.5, 97.5]))
     p25, p75 = (float(v) for v in np.percentile(s, [25, 75]))
     return Stats(
         median_s=med, p25_s=p25, p75_s=p75, ci95_low_s=lo, ci95_high_s=hi,
         min_s=float(s.min()), mean_s=float(s.mean()),
         std_s=float(s.std(ddof=1)) if len(s) > 1 else 0.0,
-        n_samples=len(s), first_call_s=m.first_call_s,
+        n_samples=len(s), first_call_s=float(np.median([m.first_call_s for m in ms])),
         throughput_samples_per_s=batch / med if med > 0 else float("inf"),
     )

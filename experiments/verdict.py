@@ -7,6 +7,8 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from experiments.timing import boot_medians, median_of_medians
+
 Runs = Sequence[Sequence[float]]  # per-call samples, one sequence per measuring process
 
 
@@ -17,22 +19,6 @@ class Verdict:
     ci_high: float
     p_value: float
     verdict: str  # "faster", "slower" or "no change"
-
-
-def median_of_medians(runs: list[np.ndarray]) -> float:
-    """The point statistic: the median over processes of each process's median (one process: its median)."""
-    return float(np.median([np.median(r) for r in runs]))
-
-
-def boot_medians(runs: list[np.ndarray], n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap the median of medians, resampling samples within each process and then the processes.
-
-    With one process this is the ordinary bootstrap of the median; with several, process-to-process drift
-    widens the CI, as it should: samples from one process are not independent of that process's state.
-    """
-    per_run = np.stack([np.median(rng.choice(r, (n_boot, len(r))), axis=1) for r in runs])  # (runs, n_boot)
-    picks = rng.integers(len(runs), size=(n_boot, len(runs)))
-    return np.median(per_run[picks, np.arange(n_boot)[:, None]], axis=1)
 
 
 def compare(old: Runs, new: Runs, threshold: float = 0.05, alpha: float = 0.05, n_boot: int = 2000,

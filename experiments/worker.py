@@ -5,14 +5,18 @@ only the point in progress) and never talks to MLflow.
 """
 from __future__ import annotations
 
+import resource
 import sys
+import time
 from pathlib import Path
 
+import psutil
+
 import models
-from experiments import timing
-from experiments.backends import DeviceUnavailable, Unsupported, load
-from experiments.environment import host_record
-from experiments.protocol import OpResult, PointResult, Request
+from experiments import flops, peaks, timing
+from experiments.backends import Unavailable, Unsupported, load
+from experiments.environment import fingerprint, host_record
+from experiments.protocol import OpResult, PointResult, Request, Setup
 
 
 def check_device(step, out, configured: str) -> str:
@@ -23,44 +27,82 @@ def check_device(step, out, configured: str) -> str:
     return actual
 
 
-def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str) -> OpResult:
+def meter() -> dict[str, float]:
+    """Read before and after the sampling: this process's page faults and CPU time, the machine's busy CPU time."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = psutil.cpu_times()
+    busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal  # guest time is inside user
+    return {"minor_faults": own.ru_minflt, "own_cpu_s": own.ru_utime + own.ru_stime, "busy_cpu_s": busy,
+            "wall_s": time.monotonic()}
+
+
+def resident() -> tuple[int, int]:
+    """This process's resident set and its high-water mark, in bytes (Linux /proc)."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return tuple(int(status[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM"))
+
+
+def reset_high_water() -> bool:
+    """Set the high-water mark to the current resident set (Linux 4.0+); False where that is refused."""
     try:
-        step = backend.prepare(spec, op, batch, req.compile, req.seed)
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str) -> OpResult:
+    """One op, from building its model to its last sample; its peak memory counts from before the build."""
+    backend.reset_peak_memory()
+    rss, hwm = resident()
+    base = rss if reset_high_water() else hwm
+    try:
+        step = backend.prepare(spec, op, batch, req.seed)
     except Unsupported as e:
         return OpResult("skipped", reason=str(e))
     seen: list[str] = []
-    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)))
-    return OpResult("ok", device=seen[0], measurement=m, stats=timing.summarize(m, batch), calls_per_block=m.block)
+    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)),
+                       meter=meter)
+    peak = backend.peak_memory()
+    d = m.meter
+    return OpResult("ok", device=seen[0], measurement=m, stats=timing.summarize([m], batch), calls_per_block=m.block,
+                    flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
+                    page_faults_per_call=d["minor_faults"] / m.calls,
+                    peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
+                    background_cores=max(0.0, (d["busy_cpu_s"] - d["own_cpu_s"]) / d["wall_s"]))
 
 
 def main(request_path: str, results_path: str) -> int:
     req = Request.from_json(Path(request_path).read_text())
     backend = load(req.framework)
-    env = host_record() | {"precision_policy": f"{req.precision}/tf32-{'on' if req.tf32 else 'off'}"}
+    s = req.setup
+    env = host_record() | {"precision_policy": f"{s.precision}/tf32-{'on' if s.tf32 else 'off'}"}
     try:
-        device = backend.configure(req.precision, req.device, req.tf32)
-    except DeviceUnavailable as e:
+        device = backend.configure(s)
+    except Unavailable as e:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env |= backend.environment()
+    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
+        else None
     spec = models.load(**req.model)
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
             ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
-            f.write(PointResult(point.batch_size, device, env, ops).to_json() + "\n")
+            f.write(PointResult(point.batch_size, device, env, ops, peak).to_json() + "\n")
             f.flush()
     return 0
 
 
-def probe(framework: str, precision: str, device: str) -> int:
-    """Check that the framework imports and gives this device and precision, before a sweep writes anything."""
+def probe(framework: str, setup: str) -> int:
+    """Check that the framework imports and can run this set-up, before a sweep writes anything."""
     try:
-        print(load(framework).configure(precision, device, False))
+        print(load(framework).configure(Setup.from_json(setup)))
     except ImportError as e:
         print(f"{e} (in {sys.executable}): install it, see README")
         return 3
-    except DeviceUnavailable as e:
+    except Unavailable as e:
         print(e)
         return 3
     return 0
@@ -68,5 +110,5 @@ def probe(framework: str, precision: str, device: str) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--probe":
-        sys.exit(probe(*sys.argv[2:5]))
+        sys.exit(probe(*sys.argv[2:4]))
     sys.exit(main(*sys.argv[1:3]))

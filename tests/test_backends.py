@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 import models
-from experiments.backends import DeviceUnavailable, Unsupported, load, module
-from experiments.config import OPS, frameworks
-from tests.helpers import gpu_visible, tiny
+from experiments.backends import Unavailable, Unsupported, load, module
+from experiments.config import OPS, backends
+from experiments.protocol import Setup
+from tests.helpers import FORMAT, gpu_visible, tiny
 
-ADAPTERS = {fw: module(fw) for fw in frameworks()}
+ADAPTERS = {fw: module(fw) for fw in backends()}
 BATCH = 2
 # torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
 # only; the layers of the others are covered by the eager runs and by the parity tests. jax.jit runs on all.
@@ -21,10 +22,10 @@ CASES = [(name, fw, jit) for name in models.available() for fw in ADAPTERS for j
          if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
 
 
-def configured(fw: str, precision: str = "fp32"):
+def configured(fw: str, precision: str = "fp32", compile: bool = False):
     """A fresh backend set to the CPU, per test, so no test inherits another's device or precision."""
     backend = load(fw)
-    assert backend.configure(precision, "cpu", False) == "cpu"
+    assert backend.configure(Setup(precision, "cpu", compile=compile, memory_format=FORMAT[fw])) == "cpu"
     return backend
 
 
@@ -46,13 +47,13 @@ def run(step):
 
 @pytest.mark.parametrize("name,fw,jit", CASES)
 def test_ops(name, fw, jit):
-    spec, backend = tiny(name), configured(fw)
+    spec, backend = tiny(name), configured(fw, compile=jit)
     for op in OPS:
         if op == "training" and not spec.trainable:
             with pytest.raises(Unsupported, match="constant weights"):
-                backend.prepare(spec, op, BATCH, jit, 0)
+                backend.prepare(spec, op, BATCH, 0)
             continue
-        step = backend.prepare(spec, op, BATCH, jit, 0)
+        step = backend.prepare(spec, op, BATCH, 0)
         out = step.fn()
         step.sync(out)
         assert step.device_of(out) == "cpu"
@@ -76,26 +77,26 @@ def test_ops(name, fw, jit):
 def test_gpu_request_without_gpu_fails_loudly(fw):
     if gpu_visible(fw):
         pytest.skip(f"{fw} sees a GPU")
-    with pytest.raises(DeviceUnavailable, match="device=gpu"):
-        load(fw).configure("fp32", "gpu", False)
+    with pytest.raises(Unavailable, match="device=gpu"):
+        load(fw).configure(Setup("fp32", "gpu", memory_format=FORMAT[fw]))
 
 
 @pytest.mark.parametrize("fw", ADAPTERS)
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_low_precision_runs_in_its_dtype(fw, precision):
-    backend, spec = configured(fw, precision), tiny("lenet")
+    backend, spec = configured(fw, precision, compile=fw == "jax"), tiny("lenet")  # the cheap mode of each
     for op in ("inference", "training"):
-        out = run(backend.prepare(spec, op, BATCH, fw == "jax", 0))  # the cheap mode of each: jit, eager
+        out = run(backend.prepare(spec, op, BATCH, 0))
         loss = out if op == "inference" else out[-1]
         assert str(loss.dtype).endswith({"bf16": "bfloat16", "fp16": "float16"}[precision])
 
 
 def test_fp64_in_a_subprocess():
     """jax_enable_x64 is global to a process, so fp64 runs apart from the other tests."""
-    code = ("import models; from experiments.backends import load\n"
-            "for fw in ('jax', 'torch'):\n"
-            "    b = load(fw); b.configure('fp64', 'cpu', False)\n"
-            "    out = b.prepare(models.load('mlp_batchnorm'), 'training', 4, fw == 'jax', 0).fn()\n"
+    code = ("import models; from experiments.backends import load; from experiments.protocol import Setup\n"
+            "for fw, fmt in (('jax', 'nhwc'), ('torch', 'contiguous')):\n"
+            "    b = load(fw); b.configure(Setup('fp64', 'cpu', compile=fw == 'jax', memory_format=fmt))\n"
+            "    out = b.prepare(models.load('mlp_batchnorm'), 'training', 4, 0).fn()\n"
             "    print(fw, out[-1].dtype)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -122,8 +123,8 @@ def test_gpu_fp32_is_full_fp32(fw):
         pytest.skip(f"{fw} sees no GPU")
     backend = load(fw)
     try:
-        assert backend.configure("fp32", "gpu", False) == "cuda:0"
-        step = backend.prepare(tiny("mlp_relu"), "inference", 8, True, 0)
+        assert backend.configure(Setup("fp32", "gpu", compile=True, memory_format=FORMAT[fw])) == "cuda:0"
+        step = backend.prepare(tiny("mlp_relu"), "inference", 8, 0)
         assert step.device_of(step.fn()) == "cuda:0"
         a, b = np.random.default_rng(0).standard_normal((2, 1024, 1024)).astype(np.float32)
         if fw == "jax":
@@ -139,7 +140,7 @@ def test_gpu_fp32_is_full_fp32(fw):
         ref = a.astype(np.float64) @ b.astype(np.float64)
         assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5  # TF32 (10-bit mantissa) errs by about 1e-3
     finally:
-        backend.configure("fp32", "cpu", False)
+        backend.configure(Setup("fp32", "cpu", memory_format=FORMAT[fw]))
 
 
 MIRRORED = ("dtype", "make_model", "to_input", "make_loss", "forward", "loss_and_grads")
@@ -154,7 +155,7 @@ def test_adapters_mirror_each_other():
 
     for name in MIRRORED:
         assert len({tuple(params(getattr(m, name))) for m in ADAPTERS.values()}) == 1, name
-    for name in ("configure", "prepare", "environment"):
+    for name in ("configure", "prepare", "matmul", "reset_peak_memory", "peak_memory", "environment"):
         assert len({tuple(params(getattr(m.Backend, name))) for m in ADAPTERS.values()}) == 1, name
 
 

@@ -48,7 +48,8 @@ def test_presets_compose(make_cfg, preset, frameworks_, model, ops):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
 def test_every_option_composes(make_cfg, group, option):
-    c = preflight.as_dict(make_cfg(f"{group}={option}"))
+    runner = ["external.name=Reference", "external.command='python runners/reference_runner.py --model {model}'"]
+    c = preflight.as_dict(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
     if group != "bench":
         assert c[group]["name"] == option
     preflight.check(c)
@@ -108,7 +109,7 @@ def test_composition_errors_read_as_one_line(make_cfg, override, line):
     ("runtime.python=/tmp", "not an executable interpreter"),
     ("bench.timeout_s=0", "bench.timeout_s must be positive"),
     ("seed=-1", "seed must be in"),
-    ("report.baseline=torch fp32", "report.baseline must be '<mode> <precision>'"),
+    ("report.baseline='torch-eager fp8'", "report.baseline must be '<mode> <precision>'"),
 ])
 def test_check_names_the_fix(make_cfg, override, match):
     with pytest.raises(preflight.BadInput, match=match):

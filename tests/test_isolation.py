@@ -5,12 +5,12 @@ import time
 import pytest
 
 from experiments import child, job, preflight
-from experiments.protocol import Point, Request
+from experiments.protocol import Point, Request, Setup
 from tests.helpers import budget
 
 
 def request(n_points: int) -> Request:
-    return Request("torch", False, {"name": "lenet"}, "fp32", False, "cpu", 0, budget("quick"),
+    return Request("torch", Setup("fp32", "cpu"), {"name": "lenet"}, 0, budget("quick"),
                    tuple(Point(2 ** i, ("inference",)) for i in range(n_points)))
 
 

@@ -28,7 +28,7 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
     job.run_job(preflight.check(preflight.as_dict(cfg)), tmp_path / "sweep" / "0")
     parent = tracking.start_parent(uri, exp, "sweep", {})
     sweep = Sweep(tmp_path / "sweep")
-    sweep.write(SweepState(uri, exp, parent, 1, 4, 0.0, "incomplete"))
+    sweep.write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="incomplete"))
     d = sweep.point_dirs()
     client = MlflowClient(uri)
 
@@ -59,7 +59,7 @@ def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(
     for name, ended in (("dead", "interrupted"), ("alive", None)):
         sweep = Sweep(tmp_path / name)
         parent = tracking.start_parent(uri, exp, name, {"sweep_dir": str(sweep.directory)})
-        state = SweepState(uri, exp, parent, 1, 1, 0.0, ended)
+        state = SweepState(uri, exp, parent, 1, 1, 0.0, ended=ended)
         if ended is None:
             sweep.start(state)  # this process holds its lock, as a running sweep's does
         else:

@@ -52,7 +52,7 @@ def test_too_few_samples_use_the_full_range():
 
 def test_summary_statistics_match_numpy():
     samples = [0.003, 0.001, 0.002, 0.004, 0.010, 0.002, 0.003, 0.0025, 0.0031, 0.0029]
-    s = summarize(Measurement(samples, 1, 0.5, "ci"), batch=32)
+    s = summarize([Measurement(samples, 1, 0.5, "ci")], batch=32)
     a = np.array(samples)
     assert s.median_s == pytest.approx(np.median(a))
     assert s.p25_s == pytest.approx(np.percentile(a, 25))
@@ -75,7 +75,7 @@ def test_first_call_is_recorded_apart_from_the_samples():
 def test_constant_op_stops_on_ci_at_min_samples():
     clock = FakeClock()
     fn = op(clock, [0.001] * 100_000)
-    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0), clock)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0, min_time_s=0.0), clock)
     assert m.stop_reason == "ci" and len(m.samples_s) == 8
 
 
@@ -93,10 +93,10 @@ def test_noisy_op_narrows_until_ci_target_is_met():
     clock = FakeClock()
     rng = np.random.default_rng(1)
     fn = op(clock, rng.normal(0.01, 0.001, 100_000))
-    b = budget(warmup_s=0.01, min_samples=5, max_time_s=100.0, target_rel_ci=0.02, min_block_s=0.0)
+    b = budget(warmup_s=0.01, min_samples=5, max_time_s=100.0, target_rel_ci=0.02, min_block_s=0.0, min_time_s=0.0)
     m = measure(fn, noop_sync, b, clock)
     assert m.stop_reason == "ci"
-    s = summarize(m, 1)
+    s = summarize([m], 1)
     assert (s.ci95_high_s - s.ci95_low_s) / 2 <= 0.02 * s.median_s
     # ±10% spread needs well over a handful of samples to pin the median to ±2%
     assert len(m.samples_s) > 20
@@ -162,3 +162,35 @@ def test_warmup_takes_at_least_warmup_calls():
     m = measure(op(clock, durations), noop_sync, budget(warmup_s=0.01, warmup_calls=4, min_samples=5,
                                                          min_block_s=0.0), clock)
     assert max(m.samples_s) == pytest.approx(0.1)
+
+
+def test_sampling_lasts_at_least_min_time_even_when_the_ci_is_met():
+    """One short window misses drift between windows: a steady op is still sampled for min_time_s."""
+    clock = FakeClock()
+    fn = op(clock, [0.001] * 100_000)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0, min_time_s=0.5), clock)
+    assert m.stop_reason == "ci" and 0.5 <= sum(m.samples_s) < 0.5 + 0.002
+    assert len(m.samples_s) >= 500
+
+
+def test_meter_change_covers_the_sampling_only():
+    """The meter is read right before the first sample and right after the last (page faults, CPU time)."""
+    clock = FakeClock()
+    fn = op(clock, [1.0] + [0.01] * 10_000)  # a slow first call: outside the metered window
+    m = measure(fn, noop_sync, budget(warmup_s=0.05, min_samples=5, min_block_s=0.0, min_time_s=0.0), clock,
+                meter=lambda: {"t": clock.t})
+    assert m.meter["t"] == pytest.approx(sum(m.samples_s) * m.block)
+    assert m.calls == len(m.samples_s) * m.block
+
+
+def test_several_processes_widen_the_ci_with_their_drift():
+    """One process: the CI of its median. Three at different levels: the median of medians, and a CI that
+    spans the drift between them (the two-level bootstrap), not the tight within-process one."""
+    rng = np.random.default_rng(0)
+    procs = [Measurement(list(level * rng.lognormal(0, 0.01, 200)), 1, 0.1, "ci") for level in (1.0, 1.2, 1.5)]
+    one = summarize(procs[:1], 1)
+    many = summarize(procs, 1)
+    assert one.ci95_high_s - one.ci95_low_s < 0.01
+    assert many.median_s == pytest.approx(np.median([np.median(p.samples_s) for p in procs]))
+    assert many.ci95_low_s < 1.05 and many.ci95_high_s > 1.4
+    assert many.n_samples == 600

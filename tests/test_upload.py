@@ -12,7 +12,7 @@ def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_
     uri = f"sqlite:///{tmp_path}/store.db"
     exp = tracking.prepare_store(uri, "nnbench")
     parent = tracking.start_parent(uri, exp, "sweep", {})
-    Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 1, 4, 0.0, "finished"))  # as a sweep leaves it
+    Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="finished"))  # as a sweep leaves it
     assert upload.main([str(tmp_path / "multirun"), "--uri", uri]) == 0
     mlflow.set_tracking_uri(uri)
     df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"tags.mlflow.parentRunId = '{parent}'")

@@ -81,7 +81,7 @@ def _log_synthetic(uri, exp_id, version, median, rng, tmp):
            "precision": {"name": "fp32", "tf32": False}, "device": "cpu"}
     line = PointResult(32, "cpu", {"torch_version": version},
                        {"inference": ok_op(median, 32, list(median * rng.lognormal(0, 0.02, 50)))})
-    rec = records.build(cfg, Point(32, ("inference",)), line, 1)
+    rec = records.build(cfg, Point(32, ("inference",)), [line], 1)
     rec.save(tmp / version)
     tracking.log_record(uri, exp_id, rec, tmp / version)
 

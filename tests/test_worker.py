@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from experiments import child
-from experiments.protocol import Point, PointResult, Request
-from tests.helpers import ROOT, budget
+from experiments.protocol import Point, PointResult, Request, Setup
+from tests.helpers import FORMAT, ROOT, budget
 
-REQUEST = Request("jax", True, {"name": "lenet"}, "fp32", False, "auto", 0,
+REQUEST = Request("jax", Setup("fp32", "auto", compile=True, memory_format="nhwc"), {"name": "lenet"}, 0,
                   budget("quick", warmup_s=0.02, max_time_s=0.2), (Point(2, ("inference", "training")),))
 OTHER = {"jax": "torch", "torch": "jax"}
 
@@ -25,7 +25,8 @@ def measure(tmp_path, req: Request) -> PointResult:
 
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_child_imports_only_its_framework_and_records_its_versions(tmp_path, framework):
-    req = dataclasses.replace(REQUEST, framework=framework, compile=framework == "jax")
+    setup = Setup("fp32", "auto", compile=framework == "jax", memory_format=FORMAT[framework])
+    req = dataclasses.replace(REQUEST, framework=framework, setup=setup)
     (tmp_path / "request.json").write_text(req.to_json())
     out = tmp_path / "results.jsonl"
     probe = (f"import runpy, sys; sys.argv = ['worker', {str(tmp_path / 'request.json')!r}, {str(out)!r}]\n"

@@ -1,6 +1,6 @@
 """Framework adapters: `experiments/backends/<name>_backend.py`, one per framework, imported only when selected.
 
-Every adapter mirrors the others: a `Backend` class (configure, prepare, environment), `make_model`,
+Every adapter mirrors the others: a `Backend` class (configure, prepare, matmul, peak memory, environment), `make_model`,
 `to_input` and `make_loss` with the same signatures, and the parity helpers `forward` and `loss_and_grads`
 (the `Reference` protocol). An unknown layer or activation raises `Unsupported` in every one.
 """
@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from experiments.config import OPS
+from experiments.protocol import Setup
 
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -22,8 +23,8 @@ class Unsupported(Exception):
     """This combination can't run here; the runner records a skipped op with this message."""
 
 
-class DeviceUnavailable(Exception):
-    """The requested device is not visible to the framework; the message names the fix."""
+class Unavailable(Exception):
+    """The set-up can't run here (no such device, a layout or compile mode it lacks); the message names the fix."""
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,26 @@ class Step:
     fn: Callable[[], Any]  # one call of the op; returns its whole output pytree; no sync, no host copy
     sync: Callable[[Any], None]  # blocks until every leaf of an output is computed
     device_of: Callable[[Any], str]  # where an output actually lives, e.g. "cpu" or "cuda:0"
+    compiles: Callable[[], int] | None = None  # compilations so far (jit or torch.compile); None when eager
 
 
 class Backend(Protocol):
-    def configure(self, precision: str, device: str, tf32: bool) -> str:
-        """Set precision policy and device before any array exists; return the device used ("cpu", "cuda:0")."""
+    def configure(self, setup: Setup) -> str:
+        """Set precision policy, device, compile mode and layout before any array exists; return the device
+        used ("cpu", "cuda:0"); raise Unavailable where this set-up can't run."""
 
-    def prepare(self, spec: Any, op: str, batch: int, compile: bool, seed: int) -> Step:
+    def prepare(self, spec: Any, op: str, batch: int, seed: int) -> Step:
         """Build the model from the spec's numpy weights and return the op ready to time, not yet called
         (its first call, with the trace or compile, is timed apart)."""
+
+    def matmul(self, n: int) -> Step:
+        """An n×n @ n×n product at the configured precision: what the device sustains (the MFU's peak)."""
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak for `peak_memory` (where the framework can)."""
+
+    def peak_memory(self) -> int | None:
+        """Peak device memory in bytes since the reset; None where the framework can't say (the CPU)."""
 
     def environment(self) -> dict[str, str]:
         """Allow-listed versions and device facts of the framework as imported in this process."""

@@ -1,7 +1,10 @@
-"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights.
+"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC).
 
 compile=True: `nnx.split` once, then `jax.jit` of pure functions of the state (graphdef closed over, training state
 donated, Adam as plain optax on the split params); compile=False: the same functions, eager, op by op.
+The state goes in as a flat list of arrays, flattened once outside the timed call, and all of it, optimizer
+state included, is placed on the device first: an nnx.State argument cost 22.0 µs per call against 6.8 µs for
+the list (a no-op jit, this CPU), and an unplaced Adam step counter compiled the training step twice (cache 2).
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from experiments.backends import DTYPES, DeviceUnavailable, Step, check_op, unsupported
+from experiments.backends import DTYPES, Step, Unavailable, check_op, unsupported
+from experiments.protocol import Setup
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual)
 
@@ -117,8 +121,10 @@ def split(model: nnx.Module):
     return nnx.split(model, nnx.Param, ...)
 
 
-def to_input(a: np.ndarray, precision: str, device) -> jax.Array:
-    """A canonical (channels-last) batch, as is."""
+def to_input(a: np.ndarray, precision: str, device, memory_format: str = "nhwc") -> jax.Array:
+    """A canonical (channels-last) batch, as is: XLA's layout is NHWC."""
+    if memory_format != "nhwc":
+        raise Unavailable(f"jax measures memory_format=nhwc only (got {memory_format}): use framework.memory_format=nhwc")
     return jax.device_put(jnp.asarray(a, dtype(precision)), device)
 
 
@@ -183,56 +189,92 @@ def device_name(d) -> str:
     return "cpu" if d.platform == "cpu" else f"{'cuda' if d.platform == 'gpu' else d.platform}:{d.id}"
 
 
+def flat(f, state, device):
+    """f(state, *args) as g(leaves, *args) on the state's leaves placed on the device, and those leaves: a list
+    flattens in C++ per call, an nnx.State in Python."""
+    leaves, tree = jax.tree.flatten(jax.device_put(state, device))
+
+    def g(leaves, *args):
+        return f(jax.tree.unflatten(tree, leaves), *args)
+
+    return g, leaves
+
+
 class Backend:
     def __init__(self):
-        self.precision = "fp32"
+        self.setup = Setup("fp32", "cpu")
         self.device = jax.devices()[0]
 
-    def configure(self, precision: str, device: str, tf32: bool) -> str:
-        if precision == "fp64":
+    def configure(self, setup: Setup) -> str:
+        if setup.memory_format != "nhwc" or setup.compile_mode != "default":
+            raise Unavailable(f"jax runs memory_format=nhwc and compile_mode=default only (got {setup.memory_format}, "
+                              f"{setup.compile_mode}): drop framework.memory_format and framework.compile_mode")
+        if setup.precision == "fp64":
             jax.config.update("jax_enable_x64", True)  # global, and only safe before any array exists
-        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
-        if device == "cpu":
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if setup.tf32 else "highest")
+        if setup.device == "cpu":
             self.device = jax.devices("cpu")[0]
         else:
             try:
                 self.device = jax.devices("gpu")[0]
             except RuntimeError:
-                if device == "gpu":
-                    raise DeviceUnavailable("device=gpu but jax sees no GPU: install the CUDA build "
-                                            "(pip install 'nnbench[cuda]') or use device=cpu") from None
+                if setup.device == "gpu":
+                    raise Unavailable("device=gpu but jax sees no GPU: install the CUDA build "
+                                      "(pip install 'nnbench[cuda]') or use device=cpu") from None
                 self.device = jax.devices("cpu")[0]
         jax.config.update("jax_default_device", self.device)
-        self.precision = precision
+        self.setup = setup
         return device_name(self.device)
 
-    def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
+    def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
         check_op(spec, op)
-        x, y = (to_input(a, self.precision, self.device) for a in spec.make_batch(batch, seed))
-        model = make_model(spec, spec.init(seed), self.precision, train=op != "inference")
+        precision = self.setup.precision
+        x, y = (to_input(a, precision, self.device) for a in spec.make_batch(batch, seed))
+        model = make_model(spec, spec.init(seed), precision, train=op != "inference")
         graphdef, p, rest = split(model)
-        p, rest = jax.device_put((p, rest), self.device)
-        jit = jax.jit if compile else lambda f, **_: f
+        jit = jax.jit if self.setup.compile else lambda f, **_: f
         if op == "inference":
-            infer = jit(lambda p, rest, x: nnx.merge(graphdef, p, rest)(x))
+            f, leaves = flat(lambda state, x: nnx.merge(graphdef, *state)(x), (p, rest), self.device)
+            jitted = jit(f)
 
             def fn():
-                return infer(p, rest, x)
+                return jitted(leaves, x)
         elif op == "grad":
-            grad = jit(make_grad(spec, make_loss(spec, model)))
+            grad = make_grad(spec, make_loss(spec, model))
+            f, leaves = flat(lambda state, x, y: grad(*state, x, y), (p, rest), self.device)
+            jitted = jit(f)
 
             def fn():
-                return grad(p, rest, x, y)
+                return jitted(leaves, x, y)
         else:
             tx = optax.adam(1e-3)
-            state = (p, rest, tx.init(p))
-            step = jit(make_train_step(make_loss(spec, model), tx), donate_argnums=0)
+            train = make_train_step(make_loss(spec, model), tx)
+
+            def step(state, x, y):
+                new, loss = train(state, x, y)
+                return jax.tree.leaves(new), loss  # the same order as the leaves that went in
+
+            f, leaves = flat(step, (p, rest, tx.init(p)), self.device)
+            jitted = jit(f, donate_argnums=0)
 
             def fn():
-                nonlocal state  # the previous state was donated: keep only the new one
-                state, loss = step(state, x, y)
-                return state, loss
-        return Step(fn, jax.block_until_ready, lambda out: device_name(next(iter(jax.tree.leaves(out)[0].devices()))))
+                nonlocal leaves  # the previous state was donated: keep only the new one
+                leaves, loss = jitted(leaves, x, y)
+                return leaves, loss
+        return Step(fn, jax.block_until_ready, device_of,
+                    compiles=jitted._cache_size if self.setup.compile else None)
+
+    def matmul(self, n: int) -> Step:
+        a = jax.device_put(jnp.ones((n, n), dtype(self.setup.precision)) / n, self.device)
+        mm = jax.jit(jnp.matmul)
+        return Step(lambda: mm(a, a), jax.block_until_ready, device_of, compiles=mm._cache_size)
+
+    def reset_peak_memory(self) -> None:
+        """XLA keeps one peak per process: ops measured later in a child report the larger of theirs and earlier."""
+
+    def peak_memory(self) -> int | None:
+        stats = self.device.memory_stats() if self.device.platform != "cpu" else None
+        return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
     def environment(self) -> dict[str, str]:
         from jax._src.lib import cuda_versions  # None on CPU-only installs
@@ -246,3 +288,7 @@ class Backend:
         if "XLA_FLAGS" in os.environ:
             env["xla_flags"] = os.environ["XLA_FLAGS"]
         return env
+
+
+def device_of(out) -> str:
+    return device_name(next(iter(jax.tree.leaves(out)[0].devices())))

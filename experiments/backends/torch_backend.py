@@ -2,6 +2,12 @@
 
 compile=False: eager. compile=True: `torch.compile(dynamic=False)` of the forward (inference, under no_grad) or of
 forward+loss (grad, training), whose backward AOTAutograd compiles too; the Adam step stays eager (foreach).
+compile_mode=reduce-overhead adds CUDA graphs (GPUs only).
+
+Images are in the declared memory format, inputs and weights alike: `contiguous` (NCHW, as users write it) or
+`channels_last`. Never by accident: a (N, 28, 28, 1) batch transposed to NCHW keeps strides (784, 1, 28, 1),
+which torch reads as channels_last, and oneDNN then took its NHWC kernels (LeNet bs32 inference 0.58 against
+0.74 ms for the same model fed `torch.randn(32, 1, 28, 28)`, training 2.09 against 3.28 ms).
 """
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from experiments.backends import DTYPES, DeviceUnavailable, Step, check_op, unsupported
+from experiments.backends import DTYPES, Step, Unavailable, check_op, unsupported
+from experiments.protocol import Setup
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual, is_stat)
 
@@ -142,10 +149,19 @@ def make_model(spec: ModelSpec, params: dict[str, np.ndarray], precision: str, t
     return model
 
 
-def to_input(a: np.ndarray, precision: str, device) -> torch.Tensor:
-    """Channels-last canonical batch -> NCHW tensor (images) or as is."""
-    a = a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device, dtype(precision))
+FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+def to_input(a: np.ndarray, precision: str, device, memory_format: str = "contiguous") -> torch.Tensor:
+    """Channels-last canonical batch -> an NCHW tensor whose strides are those of `memory_format` (images),
+    or as is; made with fresh strides, so no size-1 dimension can leave the layout ambiguous."""
+    src = torch.from_numpy(a)
+    if a.ndim == 4:
+        src = src.permute(0, 3, 1, 2)
+    if memory_format not in FORMATS:
+        raise Unavailable(f"torch has no memory_format={memory_format}: use contiguous or channels_last")
+    fmt = FORMATS[memory_format] if a.ndim == 4 else torch.contiguous_format
+    return torch.empty(src.shape, dtype=dtype(precision), device=device, memory_format=fmt).copy_(src)
 
 
 def make_loss(spec: ModelSpec, model: nn.Module):
@@ -177,31 +193,47 @@ def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray
 class Backend:
     def __init__(self):
         self.device = torch.device("cpu")
-        self.precision = "fp32"
+        self.setup = Setup("fp32", "cpu")
 
-    def configure(self, precision: str, device: str, tf32: bool) -> str:
+    def configure(self, setup: Setup) -> str:
         gpu = torch.cuda.is_available()
-        if device == "gpu" and not gpu:
-            raise DeviceUnavailable("device=gpu but torch sees no GPU: install a CUDA build of torch "
-                                    "(https://pytorch.org/get-started) or use device=cpu")
-        self.device = torch.device("cuda:0" if gpu and device != "cpu" else "cpu")
-        self.precision = precision
-        torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means full fp32 unless asked, as on the jax side
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        if setup.device == "gpu" and not gpu:
+            raise Unavailable("device=gpu but torch sees no GPU: install a CUDA build of torch "
+                              "(https://pytorch.org/get-started) or use device=cpu")
+        self.device = torch.device("cuda:0" if gpu and setup.device != "cpu" else "cpu")
+        if setup.memory_format not in FORMATS:
+            raise Unavailable(f"torch has no memory_format={setup.memory_format}: use framework.memory_format="
+                              "contiguous or channels_last")
+        if setup.compile_mode not in ("default", "reduce-overhead"):
+            raise Unavailable(f"framework.compile_mode={setup.compile_mode} is not offered: use default or "
+                              "reduce-overhead")
+        if setup.compile_mode == "reduce-overhead" and (self.device.type != "cuda" or not setup.compile):
+            raise Unavailable("framework.compile_mode=reduce-overhead is CUDA graphs: it needs a GPU (device=gpu) "
+                              "and framework.compile=true")
+        self.setup = setup
+        torch.backends.cuda.matmul.allow_tf32 = setup.tf32  # fp32 means full fp32 unless asked, as on the jax side
+        torch.backends.cudnn.allow_tf32 = setup.tf32
+        torch.set_float32_matmul_precision("high" if setup.tf32 else "highest")
         return str(self.device)
 
-    def prepare(self, spec: ModelSpec, op: str, batch: int, compile: bool, seed: int) -> Step:
+    def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
         check_op(spec, op)
-        if compile:
+        s = self.setup
+        graphs = torch._dynamo.utils.counters["stats"]
+        compiled_before = graphs["unique_graphs"]
+        if s.compile:
             torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
-        jit = (lambda f: torch.compile(f, dynamic=False)) if compile else (lambda f: f)
-        model = make_model(spec, spec.init(seed), self.precision, train=op != "inference").to(self.device)
-        x, y = (to_input(a, self.precision, self.device) for a in spec.make_batch(batch, seed))
+        mode = None if s.compile_mode == "default" else s.compile_mode
+        jit = (lambda f: torch.compile(f, dynamic=False, mode=mode)) if s.compile else (lambda f: f)
+        model = make_model(spec, spec.init(seed), s.precision, train=op != "inference")
+        model = model.to(self.device, memory_format=FORMATS[s.memory_format])
+        x, y = (to_input(a, s.precision, self.device, s.memory_format) for a in spec.make_batch(batch, seed))
+        step_begin = torch.compiler.cudagraph_mark_step_begin if mode == "reduce-overhead" else lambda: None
         if op == "inference":
             infer = jit(model)
 
             def fn():
+                step_begin()
                 with torch.no_grad():
                     return infer(x)
         elif op == "grad":
@@ -209,6 +241,7 @@ class Backend:
             wrt = list(model.parameters()) if spec.trainable else [x.requires_grad_()]
 
             def fn():
+                step_begin()
                 value = loss(x, y)
                 return value, torch.autograd.grad(value, wrt)
         else:
@@ -217,13 +250,29 @@ class Backend:
             state = (*model.parameters(), *model.buffers())  # updated in place by each step
 
             def fn():
+                step_begin()
                 opt.zero_grad(set_to_none=True)
                 value = loss(x, y)
                 value.backward()
                 opt.step()
                 return state, value
-        sync = (lambda _: torch.cuda.synchronize()) if self.device.type == "cuda" else (lambda _: None)
-        return Step(fn, sync, lambda out: str(next(t for t in tree_leaves(out) if isinstance(t, torch.Tensor)).device))
+        return Step(fn, self._sync, device_of,
+                    compiles=(lambda: graphs["unique_graphs"] - compiled_before) if s.compile else None)
+
+    def _sync(self, _) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def matmul(self, n: int) -> Step:
+        a = torch.full((n, n), 1 / n, dtype=dtype(self.setup.precision), device=self.device)
+        return Step(lambda: a @ a, self._sync, device_of)
+
+    def reset_peak_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory(self) -> int | None:
+        return int(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else None
 
     def environment(self) -> dict[str, str]:
         cuda = self.device.type == "cuda"
@@ -236,3 +285,7 @@ class Backend:
         if cuda and torch.backends.cudnn.is_available():
             env["cudnn_version"] = str(torch.backends.cudnn.version())
         return env
+
+
+def device_of(out) -> str:
+    return str(next(t for t in tree_leaves(out) if isinstance(t, torch.Tensor)).device)

@@ -16,6 +16,7 @@ from experiments.timing import Budget, Measurement, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3}}
+FORMAT = {"jax": "nhwc", "torch": "contiguous"}  # each framework's default framework.memory_format
 
 
 def tiny(name: str) -> models.ModelSpec:
@@ -31,7 +32,7 @@ def budget(bench: str = "default", **overrides) -> Budget:
 def ok_op(median: float, batch: int, samples: list[float] | None = None) -> OpResult:
     """A measured op with known samples (default: six at `median`), as the child reports it."""
     m = Measurement(samples or [median] * 6, block=1, first_call_s=0.01, stop_reason="ci", elapsed_s=0.1)
-    return OpResult("ok", device="cpu", measurement=m, stats=summarize(m, batch), calls_per_block=m.block)
+    return OpResult("ok", device="cpu", measurement=m, stats=summarize([m], batch), calls_per_block=m.block)
 
 
 def gpu_visible(fw: str) -> bool:
