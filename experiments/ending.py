@@ -92,7 +92,8 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
         try:
             n = close_parent(state, "FINISHED" if complete else "FAILED", baseline, show=True)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
-            print(f"runs table (after `mlflow ui`, see README): {tracking.run_link(state.experiment_id)}")
+            where = "" if state.uri.startswith("http") else " (after `mlflow ui`, see README)"
+            print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
         except Exception as e:  # every point is on disk already; upload makes the report later
             problem, complete = f"could not finish the sweep's report and parent run ({first_line(e)})", False
     sweep.end("finished" if complete else "incomplete")

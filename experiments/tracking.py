@@ -205,8 +205,10 @@ def children(uri: str, experiment_id: str, parent_run_id: str):
                               f"'{parent_run_id}'", output_format="pandas", max_results=50_000)
 
 
-def run_link(experiment_id: str, server: str = "http://127.0.0.1:5000") -> str:
-    """The runs table (MLflow 3 opens experiments in its GenAI view otherwise)."""
+def run_link(experiment_id: str, uri: str = "") -> str:
+    """The runs table (MLflow 3 opens experiments in its GenAI view otherwise): on the tracking server itself, or
+    where `mlflow ui` serves a local store."""
+    server = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     return f"{server}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 

@@ -30,7 +30,7 @@ if "FAKE_BREAK_STORE" in os.environ:
 
 def logged() -> bool:
     """Whether the job's first point is in the store, complete."""
-    markers = list(results.parent.glob("points/*/mlflow_run_id"))
+    markers = [m for d in results.parents[:2] for m in d.glob("points/*/mlflow_run_id")]  # job/process-<i>/
     if not markers:
         return False
     with sqlite3.connect(f"file:{os.environ['FAKE_STORE']}?mode=ro", uri=True) as con:
