@@ -4,6 +4,7 @@ Ctrl-C and SIGTERM, a tracking server killed while it logs, a full disk, a read-
 Points come from the fake worker (tests/helpers/fake_worker.py): fast, and with FAKE_MEDIAN_PER_BATCH=1 every
 sample says which point it belongs to.
 """
+import contextlib
 import json
 import os
 import signal
@@ -89,14 +90,14 @@ def test_server_killed_while_logging_leaves_nothing_running_or_twice(tmp_path, f
     proxy = KillingProxy(port, server, "/runs/log-batch", nth=3)
     uri = f"http://127.0.0.1:{proxy.port}"
     args = ["-m", "framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}"]
-    r = run(args, tmp_path, FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1", MLFLOW_TRACKING_URI=uri)
-    assert r.returncode == 1
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("nnbench: error: ") and "python -m experiments.upload" in last, r.stderr
-    assert "Traceback" not in r.stdout + r.stderr
-    assert len(records(tmp_path)) == 4  # every point is on disk
-    server = serve(store, proxy.port, art)  # the server is back, at the same address
     try:
+        r = run(args, tmp_path, FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1", MLFLOW_TRACKING_URI=uri)
+        assert r.returncode == 1
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("nnbench: error: ") and "python -m experiments.upload" in last, r.stderr
+        assert "Traceback" not in r.stdout + r.stderr
+        assert len(records(tmp_path)) == 4  # every point is on disk
+        server = serve(store, proxy.port, art)  # the server is back, at the same address
         again = run(["framework=torch", "model=mlp_relu", "batch_size=3", "ops=[inference]", "bench=quick",
                      f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none",
                     FAKE_MEDIAN_PER_BATCH="1", MLFLOW_TRACKING_URI=uri)
@@ -111,7 +112,9 @@ def test_server_killed_while_logging_leaves_nothing_running_or_twice(tmp_path, f
         assert parent.status == "FINISHED"
         assert "report.md" in {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)}
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        proxy.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
 
 

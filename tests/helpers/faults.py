@@ -93,11 +93,14 @@ class KillingProxy:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.server.pid, signal.SIGKILL)
         self.server.wait()
-        threading.Thread(target=lambda: (self.httpd.shutdown(), self.httpd.server_close()), daemon=True).start()
+        threading.Thread(target=self.close, daemon=True).start()  # not from this handler: shutdown() waits for it
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        with self.lock:
+            closed, self.closed = getattr(self, "closed", False), True
+        if not closed:
+            self.httpd.shutdown()
+            self.httpd.server_close()
 
 
 @contextlib.contextmanager
