@@ -53,7 +53,8 @@ def test_interrupt_keeps_the_finished_points_and_closes_every_run(tmp_path, fake
     args = ["-m", "model=lenet,mlp_relu"] if sweep else ["model=lenet"]
     proc = launch([*args, "framework=torch", "bench=quick", f"runtime.python={fake_python}"], tmp_path,
                   FAKE_FAULT="none", FAKE_LONG_POINT="2", FAKE_MEDIAN_PER_BATCH="1")
-    saved = (lambda: records(tmp_path)) if sweep else (lambda: sorted(tmp_path.glob("outputs/*/*/points/*/record.json")))
+    pattern = "multirun/*/*/*/points/*/record.json" if sweep else "outputs/*/*/points/*/record.json"
+    saved = lambda: sorted(tmp_path.glob(pattern))  # noqa: E731
     wait_for(lambda: len(saved()) >= 2 or proc.poll() is not None, "two measured points")
     if signum == signal.SIGINT:
         os.killpg(proc.pid, signal.SIGINT)
