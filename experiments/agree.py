@@ -32,6 +32,7 @@ from experiments.backends import Step, load
 from experiments.config import OPS
 from experiments.protocol import Setup
 from experiments.timing import Budget, measure
+from experiments.worker import background_cores, meter
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 FRAMEWORKS = ("jax", "torch")
@@ -138,25 +139,6 @@ def table(times: dict[tuple[str, str], dict[str, list[float]]]) -> tuple[list[st
     return rows, worst
 
 
-@dataclass(frozen=True)
-class Busy:
-    """CPU use so far, to say how much other processes competed with the timing."""
-
-    wall: float
-    machine: float  # CPU seconds all processes spent
-    own: float  # CPU seconds this process spent
-
-    def others(self, before: "Busy") -> float:
-        """Cores that other processes kept busy on average since `before`: what competes with the timing."""
-        return ((self.machine - before.machine) - (self.own - before.own)) / (self.wall - before.wall)
-
-
-def busy() -> Busy:
-    cpu, own = psutil.cpu_times(), psutil.Process().cpu_times()
-    machine = cpu.user + cpu.nice + cpu.system + getattr(cpu, "irq", 0.0) + getattr(cpu, "softirq", 0.0)
-    return Busy(time.monotonic(), machine, own.user + own.system)
-
-
 def _load(avg: tuple[float, float, float]) -> str:
     return ", ".join(f"{v:.2f}" for v in avg)
 
@@ -180,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in names if args.op != "training" or models.load(n).trainable]
 
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # as in the measuring child, before jax loads
-    load_before, busy_before = os.getloadavg(), busy()
+    load_before, meter_before = os.getloadavg(), meter()
     cases = prepare(names, args.batch, args.op, "fp32", args.device)
     print(f"op {args.op}, fp32, {args.device}; batch " + ", ".join(sorted({f"{c.model} {c.batch}" for c in cases})))
     budget = bench(budget_name)
@@ -188,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
           f"num_threads={torch.get_num_threads()}); bare: perf_counter blocks; {rounds} interleaved rounds, medians")
     rows, worst = table(run(cases, budget, rounds))
     print("\n".join(rows))
-    others = busy().others(busy_before)
+    after = meter()
+    others = background_cores({k: after[k] - meter_before[k] for k in after})
     print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(os.getloadavg())}; other "
           f"processes used {others:.2f} of {psutil.cpu_count()} cores meanwhile")
     print(f"max |ratio-1| = {worst:.4f}")

@@ -22,6 +22,7 @@ from experiments.records import META
 from experiments.sweep import MARKER, Sweep, SweepState
 
 UPLOAD = "python -m experiments.upload"
+RESUME = "the same command with resume=true measures only what is missing"
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Outcome:
     not_logged: list[Path] = field(default_factory=list)
     planned: int | None = None
     store_error: str | None = None  # the store could not be asked which points it holds
+    resumed: int = 0  # points resume=true found FINISHED in the store, and skipped
 
     @property
     def kept(self) -> int:
@@ -47,6 +49,7 @@ class Outcome:
         out = f"{c['ok']} finished, {c['skipped']} skipped, {c['failed']} failed"
         out += f", {c['interrupted']} interrupted" if c["interrupted"] else ""
         out += f", {len(self.not_logged)} not logged" if self.not_logged else ""
+        out += f", {self.resumed} already in the store (resume)" if self.resumed else ""
         return out + (f", {self.missing} {missing_as}" if self.missing else "")
 
 
@@ -55,7 +58,8 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
     from experiments import tracking
 
     dirs = sweep.point_dirs()
-    out = Outcome(Counter(json.loads((d / META).read_text())["outcome"] for d in dirs), planned=state.points)
+    out = Outcome(Counter(json.loads((d / META).read_text())["outcome"] for d in dirs), planned=state.points,
+                  resumed=sum(map(len, state.resumed.values())))
     markers = {d: (d / MARKER).read_text().strip() for d in dirs if (d / MARKER).exists()}
     try:
         done = tracking.complete_runs(state.uri, list(markers.values()))
@@ -86,11 +90,13 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
 
     state = sweep.read()
     o = outcome(sweep, state)
-    complete = not (o.not_logged or o.missing or o.store_error)
+    cut = o.counts["interrupted"]  # a job interrupted in a launcher's worker (SLURM's SIGTERM at a time limit)
+    complete = not (o.not_logged or o.missing or o.store_error or cut)
     problem = o.store_error
     if state.parent_run_id and not problem:
         try:
-            n = close_parent(state, "FINISHED" if complete else "FAILED", baseline, show=True)
+            status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
+            n = close_parent(state, status, baseline, show=True)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `mlflow ui`, see README)"
             print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
@@ -100,10 +106,11 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
     if complete:
         print(o.line())
         return 0
-    unmeasured = "not measured" if o.counts["interrupted"] else "lost"  # a launcher's job was interrupted
+    unmeasured = "not measured" if cut else "lost"
     why = f"; {problem}" if problem else ""
-    print(f"nnbench: error: {o.line(missing_as=unmeasured)}{why}; the points are kept in {sweep.directory}: "
-          f"{UPLOAD} {sweep.directory} logs what the store lacks and closes the sweep", file=sys.stderr)
+    head = "nnbench: interrupted" if cut else "nnbench: error"
+    print(f"{head}: {o.line(missing_as=unmeasured)}{why}; the points are kept in {sweep.directory}: "
+          f"{UPLOAD} {sweep.directory} logs what the store lacks and closes the sweep; {RESUME}", file=sys.stderr)
     return 1
 
 
@@ -139,4 +146,4 @@ def close_stopped(sweep: Sweep | None, status: str) -> str:
     sweep.end("interrupted" if status == "KILLED" else "stopped")
     of = f" of {state.points} points" if state.points else ""
     return (f": {o.line(missing_as='not measured')}{of}, kept in {sweep.directory}{open_parent}; {UPLOAD} "
-            f"{sweep.directory} logs what the store lacks and closes the sweep")
+            f"{sweep.directory} logs what the store lacks and closes the sweep; {RESUME}")

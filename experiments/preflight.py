@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import dataclasses
 import inspect
 import math
 import os
@@ -46,6 +47,7 @@ class Job:
     cfg: dict
     spec: models.ModelSpec
     points: tuple[Point, ...]
+    fingerprint: str | None = None  # of the measuring child's environment, as its probe reported it
 
     @property
     def python(self) -> str:
@@ -149,27 +151,37 @@ def check(cfg: dict) -> Job:
 def jobs(cfgs: list[dict]) -> list[Job]:
     """Every job of a run or a sweep, checked, and each interpreter asked (all at once) whether it can measure."""
     checked = [check(c) for c in cfgs]
-    asks = {(j.python, j.cfg["framework"]["name"], j.setup) for j in checked if j.cfg["framework"]["name"] != "external"}
-    problems = dict(zip(asks, probe(list(asks))))
-    for (python, fw, _), problem in problems.items():
+    asks = {ask(j) for j in checked if j.cfg["framework"]["name"] != "external"}
+    answers = dict(zip(asks, probe(list(asks))))
+    for (python, fw, _, _), (problem, _) in answers.items():
         if problem and python == sys.executable:
             raise BadInput(problem)
         if problem:
             raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): build that "
                            "environment with `python -m experiments.venv DIR PACKAGE==VERSION ...` (see README)")
-    return checked
+    return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in checked]
 
 
-def probe(asks: list[tuple[str, str, Setup]]) -> list[str | None]:
-    """Ask children, in parallel, whether each (python, framework, set-up) works; None where it does."""
+def ask(job: Job) -> tuple[str, str, Setup, str]:
+    """What a probe is asked: interpreter, framework, set-up and allocator (the allocator is in the fingerprint)."""
+    return job.python, job.cfg["framework"]["name"], job.setup, job.cfg["runtime"]["allocator"]
+
+
+def probe(asks: list[tuple[str, str, Setup, str]]) -> list[tuple[str | None, str | None]]:
+    """Ask children, in parallel, whether each (python, framework, set-up, allocator) works: (None, fingerprint)
+    where it does, (the problem, None) where it doesn't."""
     procs = [subprocess.Popen([python, "-m", "experiments.worker", "--probe", fw, setup.to_json()], cwd=child.ROOT,
-                              env=child.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for python, fw, setup in asks]
+                              env=child.env(allocator), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for python, fw, setup, allocator in asks]
     out = []
     for p in procs:
         stdout, stderr = p.communicate()
-        last = (stderr.strip().splitlines() or [f"probe exited with {p.returncode}"])[-1]
-        out.append(None if p.returncode == 0 else stdout.strip() or last)
+        lines = stdout.strip().splitlines()
+        if p.returncode == 0:
+            out.append((None, lines[1] if len(lines) > 1 else None))  # an interpreter of old may print the device only
+        else:
+            out.append((stdout.strip() or (stderr.strip().splitlines() or [f"probe exited with {p.returncode}"])[-1],
+                        None))
     return out
 
 

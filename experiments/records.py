@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -101,7 +102,8 @@ def build(cfg: dict, point: Point, results: list[PointResult], param_count: int)
     assert tuple(params) == PARAMS
     params |= flatten(cfg, "config.")
     env = ok[0].environment if ok else {}
-    tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a"}
+    tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
+            "point_key": point_key(cfg, point)}
     metrics, samples = measured(point, ok, tags)
     failed = [r for r in results if r.failure is not None]
     if failed:
@@ -113,6 +115,16 @@ def build(cfg: dict, point: Point, results: list[PointResult], param_count: int)
     tags["outcome"] = outcome
     return Record(run_name=run_name(cfg, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome, params=params, metrics=metrics, tags=tags, config=cfg, samples=samples,
                   stderr=failed[0].stderr_tail if failed else "")
+
+
+# Config keys left out of a point's identity: bookkeeping, and how the job chose its points (the point says which)
+NOT_THE_POINT = ("mlflow", "report", "resume", "batch_size", "ops")
+
+
+def point_key(cfg: dict, point: Point) -> str:
+    """What identifies a measured point, for `resume`: its config (bookkeeping left out), batch size and ops."""
+    what = {k: v for k, v in cfg.items() if k not in NOT_THE_POINT} | {"point": dataclasses.asdict(point)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_name(cfg: dict, point: Point) -> str:

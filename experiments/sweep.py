@@ -7,13 +7,16 @@ lock file beside it while the sweep runs, so `upload` and later sweeps can tell 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from experiments.preflight import Job
 from experiments.protocol import Json
+
+log = logging.getLogger("nnbench")
 
 STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
 LOCK = "nnbench-sweep.lock"
@@ -31,6 +34,15 @@ class SweepState(Json):
     start: float
     measurements: int | None = None  # points × processes: what the progress counts
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
+    resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
+
+    def todo(self, job: Job, number: int) -> Job:
+        """The job without the points that resume=true found FINISHED in the store."""
+        return without(job, self.resumed.get(str(number), []))
+
+
+def without(job: Job, batch_sizes: list[int]) -> Job:
+    return replace(job, points=tuple(p for p in job.points if p.batch_size not in batch_sizes))
 
 
 class SweepTaken(Exception):
@@ -116,6 +128,16 @@ class Sweep:
 ACTIVE: Sweep | None = None  # the sweep this process opened (what an interrupt closes)
 
 
+def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
+    """With resume=true, the batch sizes of the job's points that the store holds FINISHED already."""
+    from experiments import records, tracking
+
+    if not job.cfg["resume"]:
+        return []
+    keys = {records.point_key(job.cfg, p): p.batch_size for p in job.points}
+    return sorted(keys[k] for k in tracking.finished_points(uri, experiment_id, set(keys), job.fingerprint))
+
+
 def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
                params: dict[str, str] | None = None) -> SweepState:
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
@@ -129,10 +151,16 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     with interrupts.deferred():  # a signal here must not leave a parent run without a state file
         exp_id = tracking.open_store(uri, experiment)
         upload.close_stale(uri, exp_id)
+        resumed = {str(i): done for i, j in enumerate(jobs or []) if (done := already_done(uri, exp_id, j))}
+        if resumed:
+            skipped = sum(map(len, resumed.values()))
+            log.info("resume: %d of %d points already have a FINISHED run of the same config and environment in "
+                     "%s; they are skipped", skipped, sum(len(j.points) for j in jobs), uri)
+            jobs = [without(j, resumed.get(str(i), [])) for i, j in enumerate(jobs)]
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
         measurements = sum(len(j.points) * j.cfg["bench"]["processes"] for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
-        state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements)
+        state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed)
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:

@@ -57,16 +57,23 @@ def run(cfg: DictConfig) -> None:
                               interrupts.pending())
             directory = out / "points" / rec.slug
             rec.save(directory)
-        log_point(state, sweep, rec, directory)
+        what = f"INTERRUPTED ({rec.tags['failure_reason']})" if rec.outcome == "interrupted" else job.summary(rec)
+        log.info("%s %s: %s", tick(sweep), rec.run_name, what)
+        kept.append((rec, directory))  # logged once the child has ended: not beside a measurement
         if rec.outcome == "interrupted":
             raise interrupts.Interrupted(interrupts.pending())
         interrupts.checkpoint()
 
+    def log_kept() -> None:
+        while kept:
+            log_point(state, *kept.pop(0))
+
     recs: list[records.Record] = []
+    kept: list[tuple[records.Record, Path]] = []
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            recs = job.run_job(this, out, on_measured, sweep.directory / PEAKS)
+            recs = job.run_job(this, out, on_measured, sweep.directory / PEAKS, after_child=log_kept)
         times = job.JobTimes(time.perf_counter() - start, job.measuring_s(recs), len(recs))
         (out / job.TIMES).write_text(times.to_json())
         log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s,
@@ -95,19 +102,24 @@ def run(cfg: DictConfig) -> None:
 def prepare(c: dict, multirun: bool, sweep: Sweep, out: Path) -> tuple[preflight.Job, SweepState]:
     """The job, checked (a sweep's callback has probed every job already), and the state of its sweep."""
     if multirun:
-        return preflight.check(c), sweep.read()
+        state = sweep.read()
+        return state.todo(preflight.check(c), HydraConfig.get().job.num), state
     checked = inputs.CHECKED
     this = checked.jobs[0] if checked and checked.jobs else preflight.jobs([c])[0]
     uri = checked.uri if checked else stores.check(c["mlflow"])
-    return this, open_sweep(out, [this], uri, c["mlflow"]["experiment_name"])
+    state = open_sweep(out, [this], uri, c["mlflow"]["experiment_name"])
+    return state.todo(this, 0), state
 
 
-def log_point(state: SweepState, sweep: Sweep, rec: records.Record, directory: Path) -> None:
-    """Progress line, then the run (its id to the marker first); a store failure costs only a logged line."""
-    from experiments import tracking  # mlflow is slow to import: only once the job is known good
+def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
+    """The samples plot, then the run (its id to the marker first); a store failure costs only a logged line."""
+    from experiments import report, tracking  # matplotlib and mlflow are slow to import: only once there is a point
 
-    what = f"INTERRUPTED ({rec.tags['failure_reason']})" if rec.outcome == "interrupted" else job.summary(rec)
-    log.info("%s %s: %s", tick(sweep), rec.run_name, what)
+    try:
+        if rec.samples:
+            report.plot_samples(rec.samples, directory / "samples.png")
+    except Exception as e:  # a plot must not cost the run
+        log.error("could not draw the samples of %s (%s)", rec.run_name, preflight.first_line(e))
     try:
         tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
                             on_created=(directory / MARKER).write_text)

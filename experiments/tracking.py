@@ -184,6 +184,17 @@ def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
     return list(MlflowClient(uri).search_runs([experiment_id], filter_string, max_results=5000))
 
 
+def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: str | None) -> set[str]:
+    """Which of these point keys have a FINISHED run (of this environment, when its fingerprint is known);
+    deleted runs are not searched, so they count as missing."""
+    where = "attributes.status = 'FINISHED'" + (f" and tags.env_fingerprint = '{fingerprint}'" if fingerprint else "")
+    found = set()
+    for key in keys:  # one query per point: a filter on a tag takes one value
+        if find_runs(uri, experiment_id, f"{where} and tags.point_key = '{key}'"):
+            found.add(key)
+    return found
+
+
 def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]) -> str:
     """The parent run that groups a sweep's points."""
     client = MlflowClient(uri)

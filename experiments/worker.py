@@ -36,6 +36,11 @@ def meter() -> dict[str, float]:
             "wall_s": time.monotonic()}
 
 
+def background_cores(change: dict[str, float]) -> float:
+    """Other processes' CPU use, in cores, from the change of `meter()` over a while (its jiffies: ±0.01)."""
+    return max(0.0, (change["busy_cpu_s"] - change["own_cpu_s"]) / change["wall_s"])
+
+
 def resident() -> tuple[int, int]:
     """This process's resident set and its high-water mark, in bytes (Linux /proc)."""
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -69,20 +74,24 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
                     flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
                     page_faults_per_call=d["minor_faults"] / m.calls,
                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
-                    background_cores=max(0.0, (d["busy_cpu_s"] - d["own_cpu_s"]) / d["wall_s"]))
+                    background_cores=background_cores(d))
+
+
+def environment(backend, s: Setup) -> dict[str, str]:
+    """The allow-listed record of this process, once the backend is configured (its fingerprint is resume's key)."""
+    return host_record() | {"precision_policy": f"{s.precision}/tf32-{'on' if s.tf32 else 'off'}"} \
+        | backend.environment()
 
 
 def main(request_path: str, results_path: str) -> int:
     req = Request.from_json(Path(request_path).read_text())
     backend = load(req.framework)
-    s = req.setup
-    env = host_record() | {"precision_policy": f"{s.precision}/tf32-{'on' if s.tf32 else 'off'}"}
     try:
-        device = backend.configure(s)
+        device = backend.configure(req.setup)
     except Unavailable as e:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
-    env |= backend.environment()
+    env = environment(backend, req.setup)
     peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
         else None
     spec = models.load(**req.model)
@@ -96,9 +105,12 @@ def main(request_path: str, results_path: str) -> int:
 
 
 def probe(framework: str, setup: str) -> int:
-    """Check that the framework imports and can run this set-up, before a sweep writes anything."""
+    """Check that the framework imports and can run this set-up, before a sweep writes anything; print the device
+    and the environment's fingerprint (what the measuring child will record)."""
     try:
-        print(load(framework).configure(Setup.from_json(setup)))
+        backend = load(framework)
+        print(backend.configure(Setup.from_json(setup)))
+        print(fingerprint(environment(backend, Setup.from_json(setup))))
     except ImportError as e:
         print(f"{e} (in {sys.executable}): install it, see README")
         return 3

@@ -1,11 +1,14 @@
 """Shared fixtures: composing the real config, a misbehaving stand-in interpreter, and skipping GPU tests."""
+import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments.config import register
-from tests.helpers import ROOT
+from tests.helpers import ROOT, unavailable
 
 register()
 
@@ -26,6 +29,18 @@ def fake_python(tmp_path):
     path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
     path.chmod(0o755)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The single-node cluster of tests/cluster/slurm.sh (brought up here if it is down: `up` is idempotent)."""
+    if os.geteuid() != 0 and not shutil.which("sbatch"):
+        unavailable("SLURM", "not root and no sbatch on PATH")
+    r = subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "slurm.sh"), "up"], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode:
+        unavailable("SLURM", f"slurm.sh up failed: {r.stderr.strip().splitlines()[-1:]}")
+    return True
 
 
 def _gpu_visible() -> bool:

@@ -13,32 +13,14 @@ import threading
 
 import pytest
 
-from tests.helpers import ROOT, run, runs
+from tests.helpers import ROOT, run, runs, unavailable
 
 CLUSTER = ROOT / "tests" / "cluster"
-REQUIRED = os.environ.get("NNBENCH_REQUIRE_CLUSTER") == "1"
 README_SWEEP = ["framework=jax,torch", "model=lenet", "bench=quick"]
 POINT = ["params.framework", "params.mode", "params.model", "params.precision", "params.batch_size",
          "params.device", "status"]
 
 pytestmark = pytest.mark.slow
-
-
-def unavailable(what: str, why: str):
-    if REQUIRED:
-        pytest.fail(f"{what} is required here (NNBENCH_REQUIRE_CLUSTER=1) but {why}")
-    pytest.skip(f"{what}: {why}")
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """The single-node cluster of tests/cluster/slurm.sh (brought up here if it is down: `up` is idempotent)."""
-    if os.geteuid() != 0 and not shutil.which("sbatch"):
-        unavailable("SLURM", "not root and no sbatch on PATH")
-    r = subprocess.run(["bash", str(CLUSTER / "slurm.sh"), "up"], capture_output=True, text=True, timeout=600)
-    if r.returncode:
-        unavailable("SLURM", f"slurm.sh up failed: {r.stderr.strip().splitlines()[-1:]}")
-    return True
 
 
 @pytest.fixture(scope="module")

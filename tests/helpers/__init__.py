@@ -95,3 +95,13 @@ def serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Po
         except OSError:
             time.sleep(0.5)
     raise RuntimeError("mlflow server did not start")
+
+
+def unavailable(what: str, why: str):
+    """Skip a test whose real part (a SLURM cluster, a database server) is missing; fail instead where CI asked for
+    it (NNBENCH_REQUIRE_CLUSTER=1), so a missing cluster can't pass as a skip."""
+    import pytest
+
+    if os.environ.get("NNBENCH_REQUIRE_CLUSTER") == "1":
+        pytest.fail(f"{what} is required here (NNBENCH_REQUIRE_CLUSTER=1) but {why}")
+    pytest.skip(f"{what}: {why}")

@@ -5,12 +5,11 @@ one point: segv, oom (SIGKILL), raise, hang; `early` dies before writing anythin
 FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks in the middle of a sweep).
 FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the request takes ten minutes (a point an
 interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
-numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the first point is logged (its
-run FINISHED in the sqlite store FAKE_STORE), fill the disk holding PATH before measuring the next one.
+numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the job has saved the first
+point, fill the disk holding PATH before measuring the next one.
 """
 import os
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -28,20 +27,15 @@ if "FAKE_BREAK_STORE" in os.environ:
     Path(os.environ["FAKE_BREAK_STORE"]).write_bytes(b"not a database" * 100)
 
 
-def logged() -> bool:
-    """Whether the job's first point is in the store, complete."""
-    markers = [m for d in results.parents[:2] for m in d.glob("points/*/mlflow_run_id")]  # job/process-<i>/
-    if not markers:
-        return False
-    with sqlite3.connect(f"file:{os.environ['FAKE_STORE']}?mode=ro", uri=True) as con:
-        row = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (markers[0].read_text(),)).fetchone()
-    return row is not None and row[0] == "FINISHED"
+def saved() -> bool:
+    """Whether the job has saved its first point (its record.json in job/points/; this child is job/process-<i>/)."""
+    return any(next(d.glob("points/*/record.json"), None) for d in results.parents[:2])
 
 
 def fill_disk(path: Path) -> None:
-    """Wait until the job has logged a point, then write junk until the disk is full."""
+    """Wait until the job has saved a point, then write junk until the disk is full."""
     for _ in range(1200):
-        if logged():
+        if saved():
             break
         time.sleep(0.1)
     with open(path, "wb", buffering=0) as f:
