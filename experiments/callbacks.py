@@ -42,6 +42,10 @@ class SweepCallback(Callback):
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it
             preflight.fail(preflight.first_line(e))
         log.info("sweep: %s jobs, %s points, parent run %s", state.jobs, state.points, state.parent_run_id)
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if "submitit" in launcher and "Local" in launcher and config.hydra.sweeper.get("max_batch_size") is None:
+            log.warning("submitit_local starts every job at once, and timing processes on the same cores slow each "
+                        "other: add hydra.sweeper.max_batch_size=1 to measure one job at a time")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
