@@ -4,10 +4,10 @@
 
 For each model and framework (jax jit, torch eager: conf/framework's defaults, fp32, one process) the Step that
 `load(fw).prepare` returns is timed by `timing.measure` with the default bench budget (bench=quick with
---quick), by `torch.utils.benchmark.Timer.blocked_autorange` with the process's torch threads (its default of
+--quick) sampling for `--window` seconds, by `torch.utils.benchmark.Timer.blocked_autorange` with the process's torch threads (its default of
 one thread misreads), and by a bare perf_counter loop over blocks of `sync(fn())`. Each reads a median per call
-over blocks. Rounds interleave the three (their order rotating), so drift hits all alike; a ratio is the median
-over rounds of the per-round ratio. The last line is `max |ratio-1| = X` over every ratio.
+over blocks, for the same window. Many short rounds interleave the three (their order rotating), so drift hits
+all alike; a ratio is the median over rounds of the per-round ratio. The last line is `max |ratio-1| = X` over every ratio.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +47,15 @@ class Case:
     framework: str
     batch: int
     step: Step
+    call_s: float  # one call, roughly: a window holds at least CALLS of them
+
+    def budget(self, base: Budget) -> Budget:
+        """The harness's budget for this case: the base's rules, sampling for the case's window."""
+        window = max(base.min_time_s, CALLS * self.call_s)
+        return replace(base, min_time_s=window, max_time_s=window)
+
+
+CALLS = 30  # calls in a window, at least: fewer left the 26 ms torch matmul_chain's medians 3% apart
 
 
 def bench(name: str) -> Budget:
@@ -105,7 +114,10 @@ def prepare(names: list[str], batch: int | None, op: str, precision: str, device
             b = spec.batch_sizes["inference"][0] if not spec.trainable else batch or BATCH  # matmul_chain: m
             step = backend.prepare(spec, op, b, 0)
             step.sync(step.fn())  # trace or compile outside the rounds
-            cases.append(Case(name, fw, b, step))
+            t0 = time.perf_counter()
+            for _ in range(3):
+                step.sync(step.fn())
+            cases.append(Case(name, fw, b, step, (time.perf_counter() - t0) / 3))
     return cases
 
 
@@ -117,7 +129,7 @@ def run(cases: list[Case], budget: Budget, rounds: int) -> dict[tuple[str, str],
         order = METHODS[r % 3:] + METHODS[:r % 3]
         for c in cases:
             for m in order:
-                times[c.model, c.framework][m].append(TIMERS[m](c.step.fn, c.step.sync, budget))
+                times[c.model, c.framework][m].append(TIMERS[m](c.step.fn, c.step.sync, c.budget(budget)))
         print(f"round {r + 1}/{rounds} done, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return times
 
@@ -150,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"any of {', '.join(models.available())} (default: all; --quick: {', '.join(QUICK_MODELS)})")
     p.add_argument("--batch", type=int, help=f"batch size (default {BATCH}; matmul_chain keeps its m)")
     p.add_argument("--op", default="inference", choices=OPS)
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 3)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 11, --quick 5)")
+    p.add_argument("--window", type=float, default=0.25,
+                   help=f"seconds each method samples per round, at least {CALLS} calls (default %(default)s): short "
+                        "windows, many rounds, so the drift of a process's steady state hits the three alike")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
     p.add_argument("--torch-threads", type=int, help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
                    "1 spares torch's OpenMP barriers the stalls another busy process causes")
@@ -158,15 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     names = args.models or (list(QUICK_MODELS) if args.quick else models.available())
-    budget_name, rounds = ("quick", args.rounds or 3) if args.quick else ("default", args.rounds or 5)
+    budget_name, rounds = ("quick", args.rounds or 5) if args.quick else ("default", args.rounds or 11)
     names = [n for n in names if args.op != "training" or models.load(n).trainable]
 
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # as in the measuring child, before jax loads
     load_before, meter_before = os.getloadavg(), meter()
     cases = prepare(names, args.batch, args.op, "fp32", args.device)
     print(f"op {args.op}, fp32, {args.device}; batch " + ", ".join(sorted({f"{c.model} {c.batch}" for c in cases})))
-    budget = bench(budget_name)
-    print(f"harness: timing.measure, bench={budget_name}; Timer: blocked_autorange(min_run_time={run_time(budget)} s, "
+    budget = replace(bench(budget_name), min_time_s=args.window, max_time_s=args.window)
+    print(f"harness: timing.measure, bench={budget_name} sampling {args.window:g} s; Timer: blocked_autorange(min_run_time={run_time(budget)} s, "
           f"num_threads={torch.get_num_threads()}); bare: perf_counter blocks; {rounds} interleaved rounds, medians")
     rows, worst = table(run(cases, budget, rounds))
     print("\n".join(rows))
