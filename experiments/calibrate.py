@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     share, pairs, table = coverage(t)
     view = table.assign(coverage=table["covered"] / table["pairs"])
     print(view.to_markdown(index=False, floatfmt=".3g"))
-    print(f"\ncoverage: {share:.1%} of {pairs} pairs (a run's median inside another run's 95% CI; target >= 90%)")
+    print(f"\ncoverage: {share:.1%} of {pairs} pairs (a run's median inside another run's 95% interval; target >= 90%)")
     return 0
 
 
