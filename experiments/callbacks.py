@@ -19,10 +19,12 @@ from experiments import ending, inputs, interrupts, preflight, stores
 from experiments.sweep import Sweep, SweepTaken, open_sweep
 
 log = logging.getLogger("nnbench")
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupts.checkpoint()  # a signal while Hydra started: nothing is written yet
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = " ".join(config.hydra.overrides.task)
         try:
@@ -43,13 +45,18 @@ class SweepCallback(Callback):
             preflight.fail(preflight.first_line(e))
         log.info("sweep: %s jobs, %s points, parent run %s", state.jobs, state.points, state.parent_run_id)
         launcher = str(config.hydra.launcher.get("_target_", ""))
+        if launcher != BASIC_LAUNCHER:
+            interrupts.at_once()  # the jobs run in the launcher's workers; this process only waits on them
         if "submitit" in launcher and "Local" in launcher and config.hydra.sweeper.get("max_batch_size") is None:
             log.warning("submitit_local starts every job at once, and timing processes on the same cores slow each "
                         "other: add hydra.sweeper.max_batch_size=1 to measure one job at a time")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupts.checkpoint()  # a signal after the last job: the sweep ends as interrupted
+        interrupts.defer()  # from here a signal waits: the report and the parent's status are written whole
         try:
-            code = ending.finish(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline)
+            code = ending.closed_despite_signal(
+                ending.finish(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline))
         except interrupts.Stop:
             raise
         except Exception as e:  # the points are on disk; say where, and fail

@@ -114,6 +114,16 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
     return 1
 
 
+def closed_despite_signal(code: int) -> int:
+    """A signal that came while the sweep closed waited until it had closed: say so, and exit 128+signal."""
+    signum = interrupts.pending()
+    if signum is None:
+        return code
+    print(f"nnbench: interrupted by {signal.Signals(signum).name} while the sweep closed; it closed all the same",
+          file=sys.stderr)
+    return 128 + signum
+
+
 def stopped(e: interrupts.Stop) -> int:
     """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
     interrupts.ignore()

@@ -3,8 +3,10 @@
 The measuring child runs in its own session, so a terminal's Ctrl-C reaches only this process; the handler kills
 the child's process group itself. While a job measures (`graceful`), the handler does only that: the job then
 saves and logs the points the child finished, records the point in progress as interrupted and raises
-`Interrupted` from a safe place. Anywhere else the handler raises at once (`deferred` sections excepted). A
-second signal always raises at once.
+`Interrupted` from a safe place. While Hydra composes and launches jobs in this process (`defer`), a signal
+waits for the next safe place (the next job's start, or the end of the sweep): raised inside Hydra's or
+OmegaConf's code it could turn into their own traceback and leave the parent run open. Elsewhere (checking the
+command line, waiting on a launcher's workers) the handler raises at once. A second signal always raises at once.
 """
 from __future__ import annotations
 
@@ -42,6 +44,18 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         for s in SIGNALS:
             signal.signal(s, _handle)
+
+
+def defer() -> None:
+    """From here on, a signal waits for the next `checkpoint` (Hydra runs jobs in this process)."""
+    global _mode
+    _mode = "deferred"
+
+
+def at_once() -> None:
+    """From here on, a signal raises at once (this process only waits on a launcher's workers)."""
+    global _mode
+    _mode = "raise"
 
 
 def ignore() -> None:

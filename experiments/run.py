@@ -25,6 +25,7 @@ if __name__ == "__main__":
     interrupts.install()
     try:
         inputs.CHECKED = inputs.check(sys.argv[1:])
+        interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place
         main()
     except interrupts.Stop as e:
         sys.exit(ending.stopped(e))

@@ -91,7 +91,7 @@ def run(cfg: DictConfig) -> None:
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
     if not multirun:
         try:
-            code = ending.finish(sweep, c["report"]["baseline"])
+            code = ending.closed_despite_signal(ending.finish(sweep, c["report"]["baseline"]))
         except Exception as e:
             preflight.fail(f"the run could not end cleanly ({preflight.first_line(e)}); its points are kept in {out}: "
                         f"{ending.UPLOAD} {out}", 1)

@@ -8,13 +8,15 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from experiments import tracking
-from tests.helpers import free_port, run, runs, serve
+from tests.helpers import free_port, run, runs, serve, user_env
 from tests.helpers.faults import KillingProxy, launch, processes_under, remount_readonly, small_disk, wait_for
 
 
@@ -78,6 +80,49 @@ def test_interrupt_keeps_the_finished_points_and_closes_every_run(tmp_path, fake
     assert_once_each_and_closed(uri, [int(s) for s in df["params.batch_size"]])
     up = run([str(tmp_path / ("multirun" if sweep else "outputs"))], tmp_path, module="experiments.upload")
     assert up.returncode == 0 and "every point is in its store" in up.stdout  # all kept points were logged
+
+
+DEFERRAL = """
+import os, signal, time
+from experiments import interrupts
+interrupts.install()
+interrupts.defer()
+os.kill(os.getpid(), signal.SIGTERM)
+print("went on", interrupts.pending())
+try:
+    interrupts.checkpoint()
+except interrupts.Interrupted as e:
+    print("raised at the checkpoint", e.signum)
+interrupts.at_once()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+except interrupts.Interrupted:
+    print("raised at once")
+"""
+
+
+def test_a_deferred_signal_waits_for_a_checkpoint(tmp_path):
+    r = subprocess.run([sys.executable, "-c", DEFERRAL], cwd=tmp_path, env=user_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.splitlines() == ["went on 15", "raised at the checkpoint 15", "raised at once"], r.stderr
+
+
+def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake_python):
+    """The signal lands in Hydra's code between two jobs (where OmegaConf once turned it into its own traceback and
+    left the parent RUNNING): the next job does not start, the sweep closes, one line, exit 143."""
+    r = run(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2,4,8", "bench=quick",
+             f"runtime.python={fake_python}", "+hydra.callbacks.signal_self._target_=tests.helpers.signal_self.SignalSelf",
+             "+hydra.callbacks.signal_self.after_job=1", f"+hydra.callbacks.signal_self.went_on={tmp_path}/went_on"],
+            tmp_path, FAKE_FAULT="none")
+    assert r.returncode == 143, r.stderr[-3000:]
+    assert (tmp_path / "went_on").exists()  # the signal did not raise inside Hydra's code
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("nnbench: interrupted by SIGTERM: 1 finished, 0 skipped, 0 failed, 2 not measured")
+    assert "Traceback" not in r.stdout + r.stderr
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert list(runs(uri, parents=True)["status"]) == ["KILLED"]
+    assert list(runs(uri)["status"]) == ["FINISHED"]
 
 
 @pytest.mark.slow
