@@ -5,6 +5,7 @@ stops the measuring child, keeps what it finished and exits 130 or 143; the last
 """
 from __future__ import annotations
 
+import atexit
 import sys
 
 import hydra
@@ -23,6 +24,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     interrupts.install()
+    atexit.register(interrupts.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
     try:
         inputs.CHECKED = inputs.check(sys.argv[1:])
         interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place

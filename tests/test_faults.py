@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from mlflow.entities import ViewType
@@ -123,6 +124,22 @@ def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert list(runs(uri, parents=True)["status"]) == ["KILLED"]
     assert list(runs(uri)["status"]) == ["FINISHED"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay_s", [0.1, 0.4, 0.8])
+def test_sigterm_after_the_last_line_leaves_a_closed_sweep(tmp_path, fake_python, delay_s):
+    """A signal that comes once the sweep has printed its last line (Python tearing down) neither kills the process
+    outright nor reopens what was closed: exit 0, the parent FINISHED."""
+    proc = launch(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2", "bench=quick",
+                   f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none")
+    while (line := proc.stdout.readline()) and "finished, 0 skipped" not in line:
+        pass
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert list(runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db", parents=True)["status"]) == ["FINISHED"]
 
 
 @pytest.mark.slow
