@@ -30,6 +30,7 @@ from torch.utils.benchmark import Timer
 import models
 from experiments.backends import Step, load
 from experiments.config import OPS
+from experiments.overhead import bare_loop, bench_budget
 from experiments.protocol import Setup
 from experiments.timing import Budget, measure
 from experiments.worker import background_cores, meter
@@ -56,10 +57,6 @@ class Case:
 
 
 CALLS = 30  # calls in a window, at least: fewer left the 26 ms torch matmul_chain's medians 3% apart
-
-
-def bench(name: str) -> Budget:
-    return Budget.of(yaml.safe_load((CONF / "bench" / f"{name}.yaml").read_text()))
 
 
 def setup(framework: str, precision: str, device: str) -> Setup:
@@ -93,10 +90,7 @@ def bare(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget) -> 
     samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < budget.min_samples or time.perf_counter() - start < run_time(budget):
-        t0 = time.perf_counter()
-        for _ in range(block):
-            sync(fn())
-        samples.append((time.perf_counter() - t0) / block)
+        samples.append(bare_loop(fn, sync, block))
     return float(np.median(samples))
 
 
@@ -180,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before, meter_before = os.getloadavg(), meter()
     cases = prepare(names, args.batch, args.op, "fp32", args.device)
     print(f"op {args.op}, fp32, {args.device}; batch " + ", ".join(sorted({f"{c.model} {c.batch}" for c in cases})))
-    budget = replace(bench(budget_name), min_time_s=args.window, max_time_s=args.window)
+    budget = replace(bench_budget(budget_name), min_time_s=args.window, max_time_s=args.window)
     print(f"harness: timing.measure, bench={budget_name} sampling {args.window:g} s; Timer: blocked_autorange(min_run_time={run_time(budget)} s, "
           f"num_threads={torch.get_num_threads()}); bare: perf_counter blocks; {rounds} interleaved rounds, medians")
     rows, worst = table(run(cases, budget, rounds))

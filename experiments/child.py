@@ -19,11 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # and faulted it in again, depending on the process's history: torch ResNet bs32 inference held 73-77 ms in
 # processes taking ~27k minor faults per call and 56.6 ms in one taking 11.5k; with these thresholds, 0 faults
 # and 44-45 ms.
-ALLOCATORS = {
+ALLOCATORS = {  # runtime.allocator: the child's environment for it
+    # glibc with mmap/trim thresholds that keep freed activations (no fault-driven speed levels)
     "glibc": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)},
-    "system": {},
-    "jemalloc": {"LD_PRELOAD": "libjemalloc.so.2"},
-    "tcmalloc": {"LD_PRELOAD": "libtcmalloc_minimal.so.4"},
+    "system": {},  # the environment as it is
+    "jemalloc": {"LD_PRELOAD": "libjemalloc.so.2"},  # Debian's libjemalloc2
+    "tcmalloc": {"LD_PRELOAD": "libtcmalloc_minimal.so.4"},  # Debian's libtcmalloc-minimal4
 }
 
 
@@ -35,12 +36,12 @@ def env(allocator: str = "system") -> dict[str, str]:
     return out
 
 
-def exit_reason(rc: int) -> str:
+def exit_reason(rc: int, who: str = "child") -> str:
     if rc < 0:
         name = signal.Signals(-rc).name
         hint = " (likely out of memory)" if -rc == signal.SIGKILL else ""
-        return f"child killed by {name}{hint}"
-    return f"child exited with code {rc}"
+        return f"{who} killed by {name}{hint}"
+    return f"{who} exited with code {rc}"
 
 
 def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.executable,
@@ -96,8 +97,7 @@ def watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
         if rc is not None:
             return None if rc == 0 else exit_reason(rc)
         if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop(proc)
             return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
 
 

@@ -7,16 +7,14 @@ shell command line (no shell runs it) and started in the directory the sweep was
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import shutil
-import signal
 import string
 import subprocess
 from pathlib import Path
 from typing import Callable
 
-from experiments import sciml
+from experiments import child, sciml
 from experiments.protocol import OpResult, Point, PointResult, Request
 from experiments.timing import Measurement, summarize
 
@@ -79,11 +77,14 @@ def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: 
         try:
             rc, reason = proc.wait(timeout=timeout_s * len(request.points)), None
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc, reason = proc.wait(), f"timed out: no exit within bench.timeout_s={timeout_s:g} s per point"
+            child.stop(proc)
+            rc, reason = proc.returncode, f"timed out: no exit within bench.timeout_s={timeout_s:g} s per point"
+        except BaseException:  # an interrupt: never leave the runner measuring
+            child.stop(proc)
+            raise
     tail = stderr_path.read_text(errors="replace")[-3000:]
     if reason is None and rc != 0:
-        reason = f"runner exited with code {rc}" if rc > 0 else f"runner killed by {signal.Signals(-rc).name}"
+        reason = child.exit_reason(rc, "runner")
     if reason is None:
         try:
             found = results(sciml.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],

@@ -15,8 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.calibrate import README_SWEEP
+
 SWEEPS = {
-    "readme": ["framework=jax,torch", "model=lenet"],
+    "readme": [*README_SWEEP],
     "seed004": ["experiment=seed004", "model.n=10000", "model.m=1000"],
     "cudagraphs": ["framework=torch", "framework.compile=true", "framework.compile_mode=reduce-overhead",
                    "model=lenet", "batch_size=32"],
@@ -29,8 +31,8 @@ def gpu_visible() -> bool:
     return bool(r and r.returncode == 0 and "GPU" in r.stdout)
 
 
-def check(name: str, args: list[str], bench: str, out: Path) -> tuple[bool, "object"]:
-    """Run one sweep on the GPU into its own store; (all runs on the GPU and finished, their table)."""
+def check(name: str, args: list[str], bench: str, out: Path) -> bool:
+    """Run one sweep on the GPU into its own store and print its table: did every run finish, on the GPU?"""
     from experiments import report, tracking
 
     cwd = out / name
@@ -43,7 +45,7 @@ def check(name: str, args: list[str], bench: str, out: Path) -> tuple[bool, "obj
           f"{time.perf_counter() - t0:.0f} s")
     if r.returncode:
         print("\n".join((r.stdout + r.stderr).strip().splitlines()[-15:]))
-        return False, None
+        return False
     runs = tracking.search(f"sqlite:///{cwd}/mlruns/mlflow.db", "nnbench")
     points = runs[runs["params.model"].notna()]
     off_gpu = points[~points["params.device"].astype(str).str.startswith("cuda")]
@@ -58,7 +60,7 @@ def check(name: str, args: list[str], bench: str, out: Path) -> tuple[bool, "obj
     cols = ["model", "op", "batch_size", "variant", "device_name", "median_ms", "achieved_tflops", "peak_tflops",
             "mfu_pct", "mfu_vendor_pct", "peak_mem_MiB", "compiles"]
     print(view[[c for c in cols if c in view]].to_markdown(index=False, floatfmt=".4g"))
-    return off_gpu.empty and unfinished.empty and not points.empty, t
+    return off_gpu.empty and unfinished.empty and not points.empty
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print("nnbench gpucheck: no GPU visible (nvidia-smi -L lists none): nothing was run", file=sys.stderr)
         return 2
     out = a.out or Path(tempfile.mkdtemp(prefix="nnbench-gpucheck-"))
-    ok = [check(name, SWEEPS[name], a.bench, out)[0] for name in (a.only or SWEEPS)]
+    ok = [check(name, SWEEPS[name], a.bench, out) for name in (a.only or SWEEPS)]
     print(f"\ngpucheck: {sum(ok)} of {len(ok)} sweeps ran every point on the GPU and finished (stores in {out})")
     return 0 if all(ok) else 1
 

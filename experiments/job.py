@@ -56,6 +56,7 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
         measure = partial(child.run, python=job.python, allocator=job.cfg["runtime"]["allocator"])
     results: list[list[PointResult]] = [[] for _ in job.points]
     recs: list[records.Record] = []
+    request = job.request(peaks and peaks.resolve())
     for r in range(n):
         order = iter(range(len(job.points)))  # a child reports its points in order
 
@@ -75,7 +76,7 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
             on_measured(job.points[i], r, result, rec, directory)
 
         try:
-            measure(job.request(peaks and peaks.resolve()), job_dir / f"process-{r}", job.cfg["bench"]["timeout_s"],
+            measure(request, job_dir / f"process-{r}", job.cfg["bench"]["timeout_s"],
                     on_result=take)
         except Exception:  # a harness bug must not stop the sweep either
             reason = traceback.format_exc()
@@ -99,7 +100,7 @@ def summary(rec: records.Record) -> str:
         elif f"skip_reason_{op}" in rec.tags:
             parts.append(f"{op} skipped ({rec.tags[f'skip_reason_{op}']})")
     if rec.tags.get("noisy") == "true":
-        busy = max(v for k, v in rec.metrics.items() if k.endswith("_background_cores"))
+        busy = records.background_cores(rec.metrics)
         parts.append(f"NOISY: other processes used {busy:.2f} cores while it was measured")
     return "; ".join(parts)
 

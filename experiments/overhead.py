@@ -13,15 +13,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from experiments.calibrate import README_SWEEP
 from experiments.job import TIMES, JobTimes
 from experiments.timing import Budget, measure
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_budget(name: str) -> Budget:
+    """The timing budget of conf/bench/<name>.yaml."""
+    return Budget.of(yaml.safe_load((ROOT / "conf" / "bench" / f"{name}.yaml").read_text()))
 
 
 def bare_loop(fn, sync, calls: int) -> float:
@@ -41,9 +48,8 @@ def harness_ratio(rounds: int = 7) -> tuple[float, float, float]:
     def sync(_):
         pass
 
-    default = yaml.safe_load((ROOT / "conf" / "bench" / "default.yaml").read_text())
-    budget = Budget.of(default | {"warmup_s": 0.1, "min_samples": 100, "max_samples": 100, "max_time_s": 1e9,
-                                  "target_rel_ci": 0.0})
+    budget = replace(bench_budget("default"), warmup_s=0.1, min_samples=100, max_samples=100, max_time_s=1e9,
+                     target_rel_ci=0.0)
     harness, bare = [], []
     for _ in range(rounds):
         m = measure(fn, sync, budget)
@@ -58,8 +64,8 @@ def sweep(bench: str, workdir: Path) -> tuple[float, list[JobTimes]]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["PYTHONPATH"] = str(ROOT)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", "framework=jax,torch", "model=lenet",
-                        f"bench={bench}"], cwd=workdir, env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *README_SWEEP, f"bench={bench}"], cwd=workdir,
+                       env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if r.returncode:
         sys.exit(r.stderr[-2000:])

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from experiments.flops import achieved_tflops
 from experiments.timing import Budget, measure
 
 # Dense tensor-core peaks in TFLOP/s from the vendors' data sheets (SXM unless the name says otherwise);
@@ -42,8 +44,6 @@ def vendor_tflops(device_name: str, precision_policy: str) -> float | None:
 
 def calibrate(matmul: Callable[[int], object], limit: int = 16384) -> float:
     """TFLOP/s that an n×n matmul sustains: n doubles from 256 until one call takes 20 ms (or reaches `limit`)."""
-    import time
-
     n = 256
     while True:
         step = matmul(n)
@@ -54,7 +54,7 @@ def calibrate(matmul: Callable[[int], object], limit: int = 16384) -> float:
             break
         n *= 2
     m = measure(step.fn, step.sync, CALIBRATION)
-    return 2 * n**3 / float(np.median(m.samples_s)) / 1e12
+    return achieved_tflops(2 * n**3, float(np.median(m.samples_s)))
 
 
 def cached(path: Path, key: str, compute: Callable[[], float]) -> float:

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from experiments.environment import fingerprint, suite_record
+from experiments.flops import achieved_tflops
 from experiments.peaks import vendor_tflops
 from experiments.protocol import OpResult, Point, PointResult
 
@@ -113,7 +114,8 @@ def build(cfg: dict, point: Point, results: list[PointResult], param_count: int)
     else:
         outcome = "ok" if samples else "skipped"
     tags["outcome"] = outcome
-    return Record(run_name=run_name(cfg, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome, params=params, metrics=metrics, tags=tags, config=cfg, samples=samples,
+    return Record(run_name=run_name(cfg, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
+                  params=params, metrics=metrics, tags=tags, config=cfg, samples=samples,
                   stderr=failed[0].stderr_tail if failed else "")
 
 
@@ -146,7 +148,7 @@ def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> 
             continue
         m = OpResult.merge(rs, point.batch_size).metrics()
         if "flops" in m:
-            m["achieved_tflops"] = m["flops"] / m["median_s"] / 1e12
+            m["achieved_tflops"] = achieved_tflops(m["flops"], m["median_s"])
             m |= {"mfu": m["achieved_tflops"] / peak} if peak else {}
             m |= {"mfu_vendor": m["achieved_tflops"] / vendor} if vendor else {}
         metrics |= {f"{op}_{k}": v for k, v in m.items()}
@@ -157,6 +159,10 @@ def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> 
     if peak:
         metrics["peak_tflops"] = peak
     if samples:
-        noisy = max((v for k, v in metrics.items() if k.endswith("_background_cores")), default=0.0) > NOISY_CORES
-        tags["noisy"] = str(noisy).lower()
+        tags["noisy"] = str(background_cores(metrics) > NOISY_CORES).lower()
     return metrics, samples
+
+
+def background_cores(metrics: dict[str, float]) -> float:
+    """The most cores other processes used while any op of the point was measured."""
+    return max((v for k, v in metrics.items() if k.endswith("_background_cores")), default=0.0)

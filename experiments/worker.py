@@ -108,9 +108,9 @@ def probe(framework: str, setup: str) -> int:
     """Check that the framework imports and can run this set-up, before a sweep writes anything; print the device
     and the environment's fingerprint (what the measuring child will record)."""
     try:
-        backend = load(framework)
-        print(backend.configure(Setup.from_json(setup)))
-        print(fingerprint(environment(backend, Setup.from_json(setup))))
+        backend, s = load(framework), Setup.from_json(setup)
+        print(backend.configure(s))
+        print(fingerprint(environment(backend, s)))
     except ImportError as e:
         print(f"{e} (in {sys.executable}): install it, see README")
         return 3

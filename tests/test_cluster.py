@@ -13,10 +13,11 @@ import threading
 
 import pytest
 
+from experiments import calibrate
 from tests.helpers import ROOT, run, runs, unavailable
 
 CLUSTER = ROOT / "tests" / "cluster"
-README_SWEEP = ["framework=jax,torch", "model=lenet", "bench=quick"]
+README_SWEEP = [*calibrate.README_SWEEP, "bench=quick"]
 POINT = ["params.framework", "params.mode", "params.model", "params.precision", "params.batch_size",
          "params.device", "status"]
 

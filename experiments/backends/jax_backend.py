@@ -29,9 +29,7 @@ def split(model: nnx.Module):
 
 
 def to_input(a: np.ndarray, precision: str, device, memory_format: str = "nhwc") -> jax.Array:
-    """A canonical (channels-last) batch, as is: XLA's layout is NHWC."""
-    if memory_format != "nhwc":
-        raise Unavailable(f"jax measures memory_format=nhwc only (got {memory_format}): use framework.memory_format=nhwc")
+    """A canonical (channels-last) batch, as is: XLA's layout is NHWC (`configure` rejects any other)."""
     return jax.device_put(jnp.asarray(a, dtype(precision)), device)
 
 

@@ -31,8 +31,6 @@ def to_input(a: np.ndarray, precision: str, device, memory_format: str = "contig
     src = torch.from_numpy(a)
     if a.ndim == 4:
         src = src.permute(0, 3, 1, 2)
-    if memory_format not in FORMATS:
-        raise Unavailable(f"torch has no memory_format={memory_format}: use contiguous or channels_last")
     fmt = FORMATS[memory_format] if a.ndim == 4 else torch.contiguous_format
     return torch.empty(src.shape, dtype=dtype(precision), device=device, memory_format=fmt).copy_(src)
 
@@ -101,12 +99,10 @@ class Backend:
         model = make_model(spec, spec.init(seed), s.precision, train=op != "inference")
         model = model.to(self.device, memory_format=FORMATS[s.memory_format])
         x, y = (to_input(a, s.precision, self.device, s.memory_format) for a in spec.make_batch(batch, seed))
-        step_begin = torch.compiler.cudagraph_mark_step_begin if mode == "reduce-overhead" else lambda: None
         if op == "inference":
             infer = jit(model)
 
             def fn():
-                step_begin()
                 with torch.no_grad():
                     return infer(x)
         elif op == "grad":
@@ -114,7 +110,6 @@ class Backend:
             wrt = list(model.parameters()) if spec.trainable else [x.requires_grad_()]
 
             def fn():
-                step_begin()
                 value = loss(x, y)
                 return value, torch.autograd.grad(value, wrt)
         else:
@@ -123,22 +118,19 @@ class Backend:
             state = (*model.parameters(), *model.buffers())  # updated in place by each step
 
             def fn():
-                step_begin()
                 opt.zero_grad(set_to_none=True)
                 value = loss(x, y)
                 value.backward()
                 opt.step()
                 return state, value
-        return Step(fn, self._sync, device_of,
+        if mode == "reduce-overhead":
+            fn = marked(fn)
+        return Step(fn, sync_of(self.device), device_of,
                     compiles=(lambda: graphs["unique_graphs"] - compiled_before) if s.compile else None)
-
-    def _sync(self, _) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
 
     def matmul(self, n: int) -> Step:
         a = torch.full((n, n), 1 / n, dtype=dtype(self.setup.precision), device=self.device)
-        return Step(lambda: a @ a, self._sync, device_of)
+        return Step(lambda: a @ a, sync_of(self.device), device_of)
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":
@@ -158,6 +150,20 @@ class Backend:
         if cuda and torch.backends.cudnn.is_available():
             env["cudnn_version"] = str(torch.backends.cudnn.version())
         return env
+
+
+def marked(fn):
+    """fn as one CUDA-graph step: marks where the previous call's outputs may be overwritten."""
+    def step():
+        torch.compiler.cudagraph_mark_step_begin()
+        return fn()
+
+    return step
+
+
+def sync_of(device):
+    """The Step's sync, chosen once per step so the timed call holds no device test: torch CPU ops return done."""
+    return (lambda _: torch.cuda.synchronize()) if device.type == "cuda" else (lambda _: None)
 
 
 def device_of(out) -> str:
