@@ -7,7 +7,6 @@ failure at the end leaves a message and a non-zero exit (SystemExit passes throu
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,6 @@ class SweepCallback(Callback):
             state = open_sweep(sweep_dir, checked.jobs, checked.uri, config.mlflow.experiment_name,
                                f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
                                {"overrides": overrides, "sweep_dir": str(sweep_dir)})
-        except interrupts.Stop:
-            raise
         except (preflight.BadInput, SweepTaken) as e:
             preflight.fail(str(e))
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it
@@ -54,13 +51,4 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         interrupts.checkpoint()  # a signal after the last job: the sweep ends as interrupted
         interrupts.defer()  # from here a signal waits: the report and the parent's status are written whole
-        try:
-            code = ending.closed_despite_signal(
-                ending.finish(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline))
-        except interrupts.Stop:
-            raise
-        except Exception as e:  # the points are on disk; say where, and fail
-            preflight.fail(f"the sweep could not end cleanly ({preflight.first_line(e)}); its points are kept in "
-                        f"{config.hydra.sweep.dir}: {ending.UPLOAD} {config.hydra.sweep.dir}", 1)
-        if code:
-            sys.exit(code)
+        ending.end(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from experiments.child import ALLOCATORS
 from experiments.timing import Budget
 
 
@@ -52,11 +53,7 @@ class MemoryFormat(Enum):
 CompileMode = Enum("CompileMode", {m: m for m in ("default", "reduce-overhead")})  # torch.compile(mode=...)
 
 
-class Allocator(Enum):
-    glibc = "glibc"  # glibc with mmap/trim thresholds that keep freed activations (no fault-driven speed levels)
-    system = "system"  # the environment as it is
-    jemalloc = "jemalloc"  # LD_PRELOAD of Debian's libjemalloc2
-    tcmalloc = "tcmalloc"  # LD_PRELOAD of Debian's libtcmalloc-minimal4
+Allocator = Enum("Allocator", {a: a for a in ALLOCATORS})  # what each sets: experiments/child.py
 
 
 class Op(Enum):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from experiments import interrupts, sweep as sweeps
 from experiments.config import DEFAULT_BASELINE
-from experiments.preflight import first_line
+from experiments.preflight import fail, first_line
 from experiments.records import META
 from experiments.sweep import MARKER, Sweep, SweepState
 
@@ -38,6 +38,11 @@ class Outcome:
     @property
     def kept(self) -> int:
         return sum(self.counts.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every planned point has a record, and the store holds each one's complete run."""
+        return not (self.not_logged or self.missing or self.store_error)
 
     @property
     def missing(self) -> int:
@@ -84,14 +89,14 @@ def close_parent(state: SweepState, status: str, baseline: str = DEFAULT_BASELIN
     return len(runs)
 
 
-def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
+def finish(sweep: Sweep, baseline: str) -> int:
     """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code."""
     from experiments import tracking
 
     state = sweep.read()
     o = outcome(sweep, state)
     cut = o.counts["interrupted"]  # a job interrupted in a launcher's worker (SLURM's SIGTERM at a time limit)
-    complete = not (o.not_logged or o.missing or o.store_error or cut)
+    complete = o.complete and not cut
     problem = o.store_error
     if state.parent_run_id and not problem:
         try:
@@ -114,14 +119,20 @@ def finish(sweep: Sweep, baseline: str = DEFAULT_BASELINE) -> int:
     return 1
 
 
-def closed_despite_signal(code: int) -> int:
-    """A signal that came while the sweep closed waited until it had closed: say so, and exit 128+signal."""
-    signum = interrupts.pending()
-    if signum is None:
-        return code
-    print(f"nnbench: interrupted by {signal.Signals(signum).name} while the sweep closed; it closed all the same",
-          file=sys.stderr)
-    return 128 + signum
+def end(sweep: Sweep, baseline: str, what: str = "sweep") -> None:
+    """`finish` a sweep or single run; exit non-zero when it must. A signal that came while it closed waited until
+    it had closed (interrupts.defer): say so, and exit 128+signal."""
+    try:
+        code = finish(sweep, baseline)
+    except Exception as e:  # the points are on disk; say where, and fail
+        fail(f"the {what} could not end cleanly ({first_line(e)}); its points are kept in {sweep.directory}: "
+             f"{UPLOAD} {sweep.directory}", 1)
+    if signum := interrupts.pending():
+        print(f"nnbench: interrupted by {signal.Signals(signum).name} while the {what} closed; it closed all the same",
+              file=sys.stderr)
+        code = 128 + signum
+    if code:
+        sys.exit(code)
 
 
 def stopped(e: interrupts.Stop) -> int:

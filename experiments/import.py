@@ -16,8 +16,11 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-VARIANTS = {"jax-jit": ("jax", True), "jax-eager": ("jax", False), "torch-eager": ("torch", False),
-            "torch-compile": ("torch", True)}
+from experiments import records
+from experiments.config import backends
+
+VARIANTS = {records.mode({"framework": {"name": fw, "compile": c}}): (fw, c)  # jax-jit, torch-eager, ...
+            for fw in backends() for c in (True, False)}
 
 
 def config(mode: str, model: str, precision: str, device: str) -> dict:
@@ -29,7 +32,7 @@ def config(mode: str, model: str, precision: str, device: str) -> dict:
 
 def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, source: str):
     """The records a file's lines make, one per (framework, model, batch size)."""
-    from experiments import external, records, sciml
+    from experiments import external, sciml
     from experiments.protocol import Point
 
     parsed = sciml.parse(text)
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment", default="nnbench")
     a = p.parse_args(argv)
     from experiments import sciml, tracking
+    from experiments.compare import fail
 
     try:
         data = a.file.read_bytes()
@@ -66,15 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         sha = hashlib.sha256(data).hexdigest()
         recs = records_of(data.decode(), mapping, a.precision, sha, a.file.name)
     except (OSError, ValueError, UnicodeDecodeError, sciml.ProtocolError) as e:
-        print(f"nnbench import: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+        return fail("import", e)
     uri = tracking.store_uri(a.uri)
     try:
         exp_id = tracking.open_store(uri, a.experiment)
     except tracking.StoreUnavailable as e:
-        print(f"nnbench import: error: {e}", file=sys.stderr)
-        return 2
-    done = tracking.search(uri, a.experiment, f"tags.import_sha256 = '{sha}'")
+        return fail("import", e)
+    done = tracking.find_runs(uri, exp_id, f"tags.import_sha256 = '{sha}'")
     if len(done):
         print(f"{a.file} was imported before ({len(done)} runs with import_sha256={sha[:12]}...): nothing added")
         return 0

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import ctypes.util
 import dataclasses
-import inspect
+import functools
 import math
 import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import NoReturn
 
@@ -38,6 +37,12 @@ def first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     driver = [ln.split("Error) ", 1)[1] for ln in lines if re.match(r"\([\w.]+Error\) ", ln)]
     return (driver or lines or [type(e).__name__])[0][:300]
+
+
+@functools.cache
+def has_library(lib: str) -> bool:
+    """Whether the linker finds `lib` (it runs ldconfig: once per library, not once per job)."""
+    return ctypes.util.find_library(lib.removeprefix("lib").split(".so")[0]) is not None
 
 
 @dataclass(frozen=True)
@@ -75,15 +80,9 @@ def as_dict(cfg: DictConfig) -> dict:
 
 
 def model_spec(cfg: dict) -> models.ModelSpec:
-    name = cfg["model"]["name"]
     keys = {k: v for k, v in cfg["model"].items() if k != "name"}
-    build = import_module(f"models.{name}").build if name in models.available() else None
-    for k, v in keys.items() if build else ():  # a size the model declares as an int (matmul_chain's n, m) is one, > 0
-        default = inspect.signature(build).parameters.get(k)
-        if default is not None and type(default.default) is int and not (type(v) is int and v > 0):
-            raise BadInput(f"model.{k} must be a positive integer (got {v!r}): use e.g. model.{k}={default.default}")
     try:
-        return models.load(name, **keys)
+        return models.load(cfg["model"]["name"], **keys)
     except (ValueError, TypeError) as e:
         raise BadInput(str(e)) from None
 
@@ -141,7 +140,7 @@ def check(cfg: dict) -> Job:
     allocator = cfg["runtime"]["allocator"]
     if "LD_PRELOAD" in child.ALLOCATORS[allocator]:
         lib = child.ALLOCATORS[allocator]["LD_PRELOAD"]
-        if not ctypes.util.find_library(lib.removeprefix("lib").split(".so")[0]):
+        if not has_library(lib):
             raise BadInput(f"runtime.allocator={allocator} needs {lib}: apt-get install "
                            f"{'libjemalloc2' if allocator == 'jemalloc' else 'libtcmalloc-minimal4'}, "
                            "or runtime.allocator=glibc")

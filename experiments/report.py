@@ -125,10 +125,13 @@ def figure_title(model: str, op: str) -> str:
     return f"{'Training step' if op == 'training' else op.capitalize()}: {model}"
 
 
-def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "median_s") -> Path:
-    """Seed 000's picture: y vs batch size on log2-log2 axes, one line per variant, p25-p75 band."""
-    fig, ax = plt.subplots(figsize=(8, 5.6))
+def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "median_s") -> Path | None:
+    """Seed 000's picture: y vs batch size on log2-log2 axes, one line per variant, p25-p75 band (None: no line,
+    as for MFU where no run has a FLOP count)."""
     lines = series(t, model, op, y)
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5.6))
     for variant, d in lines.items():
         (line,) = ax.plot(d["batch_size"], d["y"], marker="o", linewidth=2, label=variant)
         ax.fill_between(d["batch_size"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
@@ -202,13 +205,11 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     s.to_csv(out / "summary.csv", index=False)
     pngs = []
     for (model, op), _ in t.groupby(["model", "op"], sort=True):
-        pngs.append(plot_lines(t, model, op, out / f"time_{model}_{op}.png"))
-        pngs.append(plot_lines(t, model, op, out / f"throughput_{model}_{op}.png", y="throughput_samples_per_s"))
-        if series(t, model, op, "mfu"):
-            pngs.append(plot_lines(t, model, op, out / f"mfu_{model}_{op}.png", y="mfu"))
+        pngs += [plot_lines(t, model, op, out / f"time_{model}_{op}.png"),
+                 plot_lines(t, model, op, out / f"throughput_{model}_{op}.png", y="throughput_samples_per_s"),
+                 plot_lines(t, model, op, out / f"mfu_{model}_{op}.png", y="mfu")]
     sp = plot_speedup(t, baseline, out / "speedup.png")
-    if sp:
-        pngs.append(sp)
+    pngs = [p for p in [*pngs, sp] if p]
     note = "" if sp else f"(no speedup chart: the baseline {baseline} is not in this selection)"
     pages(out, title, s, markdown(s), pngs, note)
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))

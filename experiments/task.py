@@ -11,7 +11,6 @@ import dataclasses
 import errno
 import logging
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -37,13 +36,12 @@ def run(cfg: DictConfig) -> None:
     c = preflight.as_dict(cfg)
     try:
         this, state = prepare(c, multirun, sweep, out)
-    except (preflight.BadInput, SweepTaken) as e:
+    except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
+        why = str(e) if isinstance(e, (preflight.BadInput, SweepTaken)) else preflight.first_line(e)
         if not multirun:
-            preflight.fail(str(e))
-        log.error("job %s not run: %s", out, e)  # its points count as lost at the end of the sweep
-        return
-    except Exception as e:  # a store that can't be opened
-        preflight.fail(preflight.first_line(e))
+            preflight.fail(why)
+        log.error("job %s not run: %s", out, why)  # its points count as lost at the end of the sweep, which
+        return  # closes the parent: a SystemExit here would pass Hydra by and leave the parent RUNNING
 
     def on_measured(point: Point, process: int, result: PointResult, rec: records.Record | None,
                     directory: Path | None) -> None:
@@ -90,13 +88,7 @@ def run(cfg: DictConfig) -> None:
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
     if not multirun:
-        try:
-            code = ending.closed_despite_signal(ending.finish(sweep, c["report"]["baseline"]))
-        except Exception as e:
-            preflight.fail(f"the run could not end cleanly ({preflight.first_line(e)}); its points are kept in {out}: "
-                        f"{ending.UPLOAD} {out}", 1)
-        if code:
-            sys.exit(code)
+        ending.end(sweep, c["report"]["baseline"], "run")
 
 
 def prepare(c: dict, multirun: bool, sweep: Sweep, out: Path) -> tuple[preflight.Job, SweepState]:

@@ -27,6 +27,7 @@ import mlflow.store.db.utils  # noqa: E402
 from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from experiments.preflight import first_line  # noqa: E402
 from experiments.records import Record  # noqa: E402
 from experiments.stores import DEFAULT_URI, sqlite_path, store_uri  # noqa: E402,F401 (store_uri: for callers)
 from experiments.sweep import MARKER  # noqa: E402
@@ -66,7 +67,7 @@ def open_store(uri: str, experiment_name: str) -> str:
         with creation_lock(uri):
             return prepare_store(uri, experiment_name)
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        first = first_line(e)
         fix = ("start the tracking server, or point" if uri.startswith("http") else "fix it, or point")
         raise StoreUnavailable(f"cannot open the MLflow store at {uri} ({first}): {fix} mlflow.tracking_uri / "
                                "MLFLOW_TRACKING_URI at a reachable store") from None

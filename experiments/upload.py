@@ -58,8 +58,7 @@ def close_sweep(sweep: Sweep, baseline: str) -> str:
     if parent is None:
         return f"its parent run {state.parent_run_id} is not in {state.uri}"
     o = ending.outcome(sweep, state)
-    complete = not (o.not_logged or o.missing or o.store_error)
-    status = "KILLED" if state.ended == "interrupted" else "FINISHED" if complete else "FAILED"
+    status = "KILLED" if state.ended == "interrupted" else "FINISHED" if o.complete else "FAILED"
     if parent.info.status != status or not tracking.is_complete(parent):
         ending.close_parent(state, status, baseline)
     missing = f" (planned points without a record: see the job logs in {sweep.directory})" if (

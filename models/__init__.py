@@ -156,7 +156,11 @@ def load(name: str, **keys) -> ModelSpec:
     if name not in available():
         raise ValueError(f"unknown model {name!r}; available: {', '.join(available())}")
     build = import_module(f"{__name__}.{name}").build
-    valid = list(inspect.signature(build).parameters)
-    if unknown := sorted(set(keys) - set(valid)):
-        raise ValueError(f"model {name!r} has no key {', '.join(unknown)}; its keys: {', '.join(valid) or 'none'}")
+    params = inspect.signature(build).parameters
+    if unknown := sorted(set(keys) - set(params)):
+        raise ValueError(f"model {name!r} has no key {', '.join(unknown)}; its keys: {', '.join(params) or 'none'}")
+    for k, v in keys.items():  # a size the model declares as an int (matmul_chain's n, m) is one, > 0
+        if type(params[k].default) is int and not (type(v) is int and v > 0):
+            raise ValueError(f"model.{k} must be a positive integer (got {v!r}): "
+                             f"use e.g. model.{k}={params[k].default}")
     return build(**keys)

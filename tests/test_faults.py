@@ -113,7 +113,7 @@ def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake
     """The signal lands in Hydra's code between two jobs (where OmegaConf once turned it into its own traceback and
     left the parent RUNNING): the next job does not start, the sweep closes, one line, exit 143."""
     r = run(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2,4,8", "bench=quick",
-             f"runtime.python={fake_python}", "+hydra.callbacks.signal_self._target_=tests.helpers.signal_self.SignalSelf",
+             f"runtime.python={fake_python}", "+hydra.callbacks.signal_self._target_=tests.helpers.callbacks.SignalSelf",
              "+hydra.callbacks.signal_self.after_job=1", f"+hydra.callbacks.signal_self.went_on={tmp_path}/went_on"],
             tmp_path, FAKE_FAULT="none")
     assert r.returncode == 143, r.stderr[-3000:]
@@ -124,6 +124,22 @@ def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert list(runs(uri, parents=True)["status"]) == ["KILLED"]
     assert list(runs(uri)["status"]) == ["FINISHED"]
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_read_the_sweep_state_costs_only_its_points(tmp_path, fake_python):
+    """A job that can't start (here: the sweep's state file is missing while it starts) is one logged line; the
+    sweep goes on, closes its parent FAILED and counts the job's points as lost (a SystemExit from the job would
+    pass Hydra by and leave the parent RUNNING)."""
+    r = run(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2,4,8", "bench=quick",
+             f"runtime.python={fake_python}", "+hydra.callbacks.hide._target_=tests.helpers.callbacks.HideSweepState",
+             "+hydra.callbacks.hide.job=1"], tmp_path, FAKE_FAULT="none")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "not run: " in r.stdout  # the job's one logged line
+    assert r.stderr.strip().splitlines()[-1].startswith("nnbench: error: 2 finished, 0 skipped, 0 failed, 1 lost")
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert list(runs(uri, parents=True)["status"]) == ["FAILED"]
+    assert sorted(runs(uri)["params.batch_size"], key=int) == ["2", "8"]
 
 
 @pytest.mark.slow

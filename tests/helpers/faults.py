@@ -15,9 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
-import pytest
 
-from tests.helpers import user_env
+from tests.helpers import unavailable, user_env
 
 
 def launch(args: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen:
@@ -105,14 +104,14 @@ class KillingProxy:
 
 @contextlib.contextmanager
 def small_disk(path: Path, size_mb: int):
-    """A tmpfs of `size_mb` at `path`; skips the test where it can't be mounted (not root, no CAP_SYS_ADMIN)."""
+    """A tmpfs of `size_mb` at `path`; `unavailable` where it can't be mounted (not root, no CAP_SYS_ADMIN)."""
     path.mkdir()
     if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a small tmpfs needs root: the disk-full test runs as root in CI")
+        unavailable("a small tmpfs", "mounting one needs root (CI runs as root)")
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], capture_output=True,
                        text=True)
     if r.returncode:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): needs CAP_SYS_ADMIN")
+        unavailable("a small tmpfs", f"it can't be mounted here ({r.stderr.strip()}): needs CAP_SYS_ADMIN")
     try:
         yield path
     finally:
