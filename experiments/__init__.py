@@ -1,0 +1,17 @@
+"""nnbench: JAX/Flax vs PyTorch benchmarks, configured with Hydra and tracked in MLflow.
+
+The packages are layers; each imports only the ones below it (import-linter checks this, see pyproject.toml):
+
+    cli/        `nnbench` (`python -m experiments`): one module per command, one error path
+    selfcheck/  checks of the harness and the machine: agree, calibrate, overhead, gpucheck
+    sweep/      the Hydra control (`run.py`): command-line check, preflight, callbacks, one job, ending, interrupts
+    report/     tables, plots, pages, verdicts across versions, seed 000's lines out
+    store/      where results are kept: the sweep dir on disk first, then MLflow (the only mlflow user)
+    harness/    the parent's side of a worker: start, watch, stop; runners in other languages
+    measure/    what runs inside the worker: timing, statistics, framework backends, FLOPs, peaks, environment
+    common/     what every layer shares: the config schema, the typed job, the worker protocol, errors
+
+Words: a *sweep* is one command line (one MLflow parent run); a *job* is one composed config (a Hydra job); a
+*point* is one batch size of a job (one MLflow run); a *worker* is a fresh measuring process, `bench.processes`
+of them per point, started and watched by the *harness* in the parent.
+"""

@@ -1,7 +1,8 @@
 """Entry point: `python -m experiments.run -m framework=jax,torch model=lenet` (one MLflow run per point).
 
 Every job is checked before Hydra starts (bad input: one line, exit 2, nothing written). Ctrl-C or SIGTERM
-stops the measuring child, keeps what it finished and exits 130 or 143; the last line counts the points.
+stops the worker, keeps what it finished and exits 130 or 143; the last line counts the points. The sweep's
+machinery is in `experiments/sweep/`; the other commands are `nnbench` (`python -m experiments`).
 """
 from __future__ import annotations
 
@@ -11,22 +12,22 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from experiments import ending, inputs, interrupts, task
-from experiments.config import register
+from experiments.common.config import register
+from experiments.sweep import commandline, ending, interrupts, job
 
 register()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    task.run(cfg)
+    job.run(cfg)
 
 
 if __name__ == "__main__":
     interrupts.install()
     atexit.register(interrupts.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
     try:
-        inputs.CHECKED = inputs.check(sys.argv[1:])
+        commandline.CHECKED = commandline.check(sys.argv[1:])
         interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place
         main()
     except interrupts.Stop as e:

@@ -7,7 +7,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.config import register
+from experiments.common.config import register
 from tests.helpers import ROOT, unavailable
 
 register()

@@ -6,13 +6,13 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 import models
-from experiments.protocol import OpResult
-from experiments.timing import Budget, Measurement, summarize
+from experiments.common.config import bench_budget
+from experiments.common.protocol import Budget, Measurement, OpResult
+from experiments.measure.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3}}
@@ -26,11 +26,11 @@ def tiny(name: str) -> models.ModelSpec:
 
 def budget(bench: str = "default", **overrides) -> Budget:
     """A bench config's budget, as the config group sets it, with `overrides`."""
-    return Budget.of(yaml.safe_load((ROOT / "conf" / "bench" / f"{bench}.yaml").read_text()) | overrides)
+    return replace(bench_budget(bench), **overrides)
 
 
 def ok_op(median: float, batch: int, samples: list[float] | None = None) -> OpResult:
-    """A measured op with known samples (default: six at `median`), as the child reports it."""
+    """A measured op with known samples (default: six at `median`), as the worker reports it."""
     m = Measurement(samples or [median] * 6, block=1, first_call_s=0.01, stop_reason="ci", elapsed_s=0.1)
     return OpResult("ok", device="cpu", measurement=m, stats=summarize([m], batch), calls_per_block=m.block)
 
@@ -56,6 +56,11 @@ def run(args: list[str], cwd: Path, module: str = "experiments.run", **extra_env
     """`python -m experiments.run ARGS` (or another module) as a user runs it in `cwd` (./mlruns: the default store)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=user_env(**extra_env),
                           capture_output=True, text=True, timeout=600)
+
+
+def nnbench(command: str, args: list[str], cwd: Path, **extra_env: str) -> subprocess.CompletedProcess:
+    """`nnbench COMMAND ARGS` (as `python -m experiments`) as a user runs it in `cwd`."""
+    return run([command, *args], cwd, module="experiments", **extra_env)
 
 
 def runs(uri: str, parents: bool = False):

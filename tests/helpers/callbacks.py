@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from experiments.sweep import STATE
+from experiments.store.sweepdir import STATE
 
 
 class SignalSelf(Callback):

@@ -1,4 +1,4 @@
-"""Stand-in for `python -m experiments.worker`: answers probes, measures one point per start, then misbehaves.
+"""Stand-in for `python -m experiments.measure.worker`: answers probes, measures one point per start, then misbehaves.
 
 Run through a shim made by the `fake_python` fixture, as `runtime.python`. FAKE_FAULT says how it fails after its
 one point: segv, oom (SIGKILL), raise, hang; `early` dies before writing anything; `none` measures every point.
@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.protocol import PointResult, Request
+from experiments.common.protocol import PointResult, Request
 from tests.helpers import ok_op
 
-args = sys.argv[1:]  # -m experiments.worker ...
+args = sys.argv[1:]  # -m experiments.measure.worker ...
 if "--probe" in args:
     print("cpu")
     sys.exit(0)
@@ -28,7 +28,7 @@ if "FAKE_BREAK_STORE" in os.environ:
 
 
 def saved() -> bool:
-    """Whether the job has saved its first point (its record.json in job/points/; this child is job/process-<i>/)."""
+    """Whether the job has saved its first point (its record.json in job/points/; this worker is job/process-<i>/)."""
     return any(next(d.glob("points/*/record.json"), None) for d in results.parents[:2])
 
 

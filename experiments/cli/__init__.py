@@ -1,0 +1,84 @@
+"""`nnbench` (or `python -m experiments`): one command, its subcommands, one error path.
+
+Each subcommand is one module with a docstring (its --help), `add_arguments(parser)` and `run(args) -> int`; only
+the module of the command asked for is imported, so `nnbench --help` stays instant. Every error a user can fix is
+one line, `nnbench <command>: error: <what>: <the fix>`, with the exit codes of `common.errors`. The sweep itself
+stays `python -m experiments.run -m ...` (Hydra's command line).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+from typing import NoReturn
+
+from experiments.common.errors import BAD_INPUT, BadInput, error_line
+
+# name: (module, one line for `nnbench --help`)
+COMMANDS = {
+    "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots; --by judges changes"),
+    "export": ("experiments.cli.export", "print a store's medians as seed 000's TIMING/METADATA lines"),
+    "import": ("experiments.cli.import_", "log a file of TIMING/METADATA lines as runs"),
+    "upload": ("experiments.cli.upload", "log the points kept on disk that the store lacks, and close their sweeps"),
+    "venv": ("experiments.cli.venv", "make a measuring environment with some packages pinned"),
+    "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
+    "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
+    "calibrate": ("experiments.selfcheck.calibrate", "self-check: how often a re-run lands inside the interval"),
+    "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
+    "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: the GPU path end to end (needs a GPU)"),
+}
+DESCRIPTION = "nnbench: JAX/Flax vs PyTorch benchmarks. These commands read, compare and repair what sweeps logged, " \
+              "and check the harness and the machine."
+EPILOG = "The sweep itself: python -m experiments.run -m framework=jax,torch model=lenet (see README.md)."
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (argparse prints the usage first) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(error_line(f"{message} (see {self.prog} --help)", self.prog), file=sys.stderr)
+        sys.exit(BAD_INPUT)
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Docstrings as written; each command's name and line on one row (argparse measures subcommands one indent
+    short, and would wrap `calibrate`)."""
+
+    def __init__(self, prog: str):
+        super().__init__(prog, max_help_position=18, width=110)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length = max(self._action_max_length, max(map(len, action.choices)) + 6)
+
+
+def parser(chosen: str | None = None) -> tuple[Parser, Parser | None]:
+    """The command line, and `chosen`'s own parser: only its module is imported, to add its arguments."""
+    top = Parser(prog="nnbench", description=DESCRIPTION, epilog=EPILOG, formatter_class=Formatter)
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                             title="commands (nnbench COMMAND --help for each)")
+    mine = None
+    for name, (module, line) in COMMANDS.items():
+        p = sub.add_parser(name, help=line, description=line, formatter_class=Formatter)
+        if name == chosen:
+            m = import_module(module)
+            p.description = m.__doc__
+            m.add_arguments(p)
+            p.set_defaults(run=m.run)
+            mine = p
+    return top, mine
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    top, mine = parser(chosen if chosen in COMMANDS else None)
+    args, extra = top.parse_known_args(argv)
+    if extra:  # said by the command's own parser, which names the command
+        (mine or top).error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return args.run(args)
+    except BadInput as e:
+        print(error_line(str(e), f"nnbench {args.command}"), file=sys.stderr)
+        return BAD_INPUT

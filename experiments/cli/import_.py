@@ -1,0 +1,56 @@
+"""Log saved TIMING/METADATA output as runs: `nnbench import FILE --framework-map JAX=jax-jit,PyTorch=torch-eager`.
+
+FILE holds seed 000's lines (and nnbench's SAMPLES), e.g. the seed page's own Julia timings or a runner's
+output from another machine. Each (framework, model, batch size) becomes one run with its ops, tagged
+`imported=true` and with the file's SHA-256; importing the same file again adds nothing.
+
+`--framework-map` says what each framework name in the file was: `jax-jit`, `jax-eager`, `torch-eager` or
+`torch-compile` for nnbench's variants, anything else for another framework (the default: its own name).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import tempfile
+from pathlib import Path
+
+from experiments.cli.common import add_uri
+from experiments.common.errors import OK, BadInput, first_line
+from experiments.store.uris import store_uri
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path, help="a file of TIMING/METADATA (and SAMPLES) lines")
+    p.add_argument("--framework-map", default="", help="NAME=MODE,...: e.g. JAX=jax-jit,PyTorch=torch-eager,Lux=Lux")
+    p.add_argument("--precision", default="fp32", help="the precision the file's timings ran at (default fp32)")
+    add_uri(p)
+    p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
+
+
+def run(a: argparse.Namespace) -> int:
+    from experiments.store import imported, tracking  # mlflow is slow to import: only after parsing
+
+    try:
+        data = a.file.read_bytes()
+        mapping = dict(pair.split("=", 1) for pair in a.framework_map.split(",") if pair)
+        sha = hashlib.sha256(data).hexdigest()
+        recs = imported.records_of(data.decode(), mapping, a.precision, sha, a.file.name)
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # sciml.ProtocolError is a ValueError
+        raise BadInput(first_line(e)) from None
+    uri = store_uri(a.uri)
+    try:
+        exp_id = tracking.open_store(uri, a.experiment)
+    except tracking.StoreUnavailable as e:
+        raise BadInput(str(e)) from None
+    done = tracking.find_runs(uri, exp_id, f"tags.import_sha256 = '{sha}'")
+    if len(done):
+        print(f"{a.file} was imported before ({len(done)} runs with import_sha256={sha[:12]}...): nothing added")
+        return OK
+    for rec in recs:
+        with tempfile.TemporaryDirectory() as tmp:
+            rec.save(Path(tmp))
+            (Path(tmp) / a.file.name).write_bytes(data)
+            run_id = tracking.log_record(uri, exp_id, rec, Path(tmp))
+        print(f"{rec.run_name} -> run {run_id}")
+    print(f"{len(recs)} runs imported from {a.file} into {uri}")
+    return OK

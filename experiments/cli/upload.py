@@ -1,0 +1,67 @@
+"""Log results kept on disk, and repair what a failing store left: `nnbench upload DIR [--uri URI]`.
+
+Every point is saved in its Hydra job directory before it is logged. For each point under DIR (a sweep, job or
+point dir, or any folder above them) the store is made to hold its run exactly once: a complete run is left alone,
+a half-logged one is completed, a missing one is logged. Then each sweep's parent run is closed: FINISHED (with
+the report) once every planned point is in the store, KILLED for an interrupted sweep, else FAILED. Points go to
+their sweep's own store unless --uri says otherwise. A sweep that is still running is skipped (exit 1).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from experiments.cli.common import add_uri
+from experiments.common.config import DEFAULT_BASELINE
+from experiments.common.errors import BAD_INPUT, LOST, OK, error_line, first_line
+from experiments.store.records import META, Record
+from experiments.store.sweepdir import STATE, Sweep
+from experiments.store.uris import store_uri
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("directory", type=Path, help="a sweep or job directory (or any folder above them)")
+    add_uri(p, "tracking URI (default: the sweep's own store)")
+    p.add_argument("--experiment", help="experiment name (default: the points' own)")
+
+
+def run(a: argparse.Namespace) -> int:
+    from experiments.store import repair, tracking  # mlflow is slow to import: only after parsing
+    from experiments.sweep import ending
+
+    groups: dict[Path | None, list[Path]] = defaultdict(list)
+    for meta in sorted(a.directory.glob(f"**/points/*/{META}")):
+        sweep = Sweep.above(meta.parent)
+        groups[sweep.directory if sweep else None].append(meta.parent)
+    if not groups:
+        print(f"nothing to log under {a.directory}")
+        return OK
+    code, done = OK, 0
+    for sweep_dir, dirs in groups.items():
+        sweep = Sweep(sweep_dir) if sweep_dir else None
+        if sweep and sweep.running():
+            print(f"{sweep_dir}: still running (its {STATE} lock is held); upload it once it ends")
+            code = LOST
+            continue
+        state = sweep.read() if sweep else None
+        uri = a.uri or (state.uri if state else store_uri(None))
+        own = state is not None and state.uri == uri
+        cfg = Record.load(dirs[0]).config
+        name = a.experiment or cfg.get("mlflow", {}).get("experiment_name", "nnbench")
+        try:
+            exp_id = tracking.open_store(uri, name)
+            for d in dirs:
+                if what := repair.sync_point(uri, exp_id, d, state.parent_run_id if own else None, own):
+                    print(f"{d}: {what}")
+                    done += 1
+            if own and state.parent_run_id:
+                baseline = cfg.get("report", {}).get("baseline", DEFAULT_BASELINE)
+                print(f"{sweep_dir}: {ending.close_sweep(sweep, baseline)}")
+        except Exception as e:  # one sweep's store failing must not stop the others
+            print(error_line(f"{sweep_dir or a.directory}: {first_line(e)}", "nnbench upload"), file=sys.stderr)
+            code = BAD_INPUT
+    if done == 0 and code == OK:
+        print(f"nothing to log under {a.directory}: every point is in its store")
+    return code

@@ -1,0 +1,182 @@
+"""What crosses the process boundary between the parent and a worker, as typed data: the request (a framework
+set-up, a model, a budget and the points), and the worker's result per point (one JSON line each), down to every
+sample. Serialized only here, by `to_json`/`from_json`.
+
+A new per-op number is one field on `OpResult` declared with `metric()`, and the code that computes it:
+`OpResult.metrics()` hands it on as the MLflow metric `<op>_<field>`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Union
+
+
+@dataclass
+class Budget:
+    """How long to measure one op. No defaults here: the bench config group (conf/bench/*.yaml) sets them all."""
+
+    warmup_s: float  # steady-state warm-up after the first call...
+    warmup_calls: int  # ...and at least this many calls (caches and allocators settle over a few calls)
+    min_samples: int
+    max_samples: int
+    min_time_s: float  # sample at least this long, whatever the CI says: one short window misses slow drift
+    max_time_s: float  # sampling budget per op, warm-up excluded
+    target_rel_ci: float  # stop once the 95% CI of the median is within ±this fraction
+    min_block_s: float  # short calls are repeated in blocks at least this long
+
+    @classmethod
+    def of(cls, bench: dict) -> "Budget":
+        """The budget part of a bench config (which also holds harness keys such as timeout_s)."""
+        return cls(**{f.name: bench[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw result of timing one op: per-call seconds, one value per block."""
+
+    samples_s: list[float]
+    block: int  # calls per sample
+    first_call_s: float  # trace/compile plus the first run
+    stop_reason: str  # "ci", "time" or "samples"
+    elapsed_s: float = 0.0  # wall time of the whole measurement, first call and warm-up included
+    meter: dict[str, float] = field(default_factory=dict)  # the change of `meter()` over the sampling
+
+    @property
+    def calls(self) -> int:
+        """Calls timed in the samples (warm-up and first call excluded)."""
+        return self.block * len(self.samples_s)
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_s: float
+    p25_s: float
+    p75_s: float
+    ci95_low_s: float
+    ci95_high_s: float
+    min_s: float
+    mean_s: float
+    std_s: float
+    n_samples: int
+    first_call_s: float
+    throughput_samples_per_s: float
+
+
+STATS = tuple(f.name for f in fields(Stats))  # the per-op metric names: `<op>_<stat>`
+
+
+class Json:
+    """One `to_json`/`from_json` for a dataclass tree (nested dataclasses, lists, tuples, dicts, optionals)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str):
+        return _build(cls, json.loads(text))
+
+
+def _build(tp, value):
+    """`value` (parsed JSON) as an instance of the type hint `tp`."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if value is None:
+        return None
+    if origin in (Union, types.UnionType):
+        return _build(next(a for a in args if a is not type(None)), value)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
+    if origin in (list, tuple):
+        return origin(_build(args[0], v) for v in value)
+    if origin is dict:
+        return {k: _build(args[1], v) for k, v in value.items()}
+    return value
+
+
+def metric(combine: Callable[[list], float] = statistics.median):
+    """A per-op number that lands in MLflow as `<op>_<name>` (None: not measured, not logged).
+
+    `combine` folds the values of a point's measuring processes into one (the median, or e.g. max for a peak).
+    """
+    return field(default=None, metadata={"metric": True, "combine": combine})
+
+
+@dataclass(frozen=True)
+class Point(Json):
+    """One measured point of a job: a batch size and the ops the seed measures at it."""
+
+    batch_size: int
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Setup(Json):
+    """How a framework is set up in the worker, once, before any array exists."""
+
+    precision: str  # fp32, bf16, fp16, fp64
+    device: str  # auto, cpu or gpu, as configured
+    tf32: bool = False
+    compile: bool = False  # jax: jit; torch: torch.compile
+    compile_mode: str = "default"  # torch.compile's mode: default or reduce-overhead (CUDA graphs)
+    memory_format: str = "contiguous"  # torch: contiguous or channels_last; jax: nhwc
+
+
+@dataclass(frozen=True)
+class Request(Json):
+    """What the harness asks of one worker: a framework set-up, a model, and the points to time."""
+
+    framework: str
+    setup: Setup
+    model: dict[str, Any]  # models.load(**model): its name and keys
+    seed: int
+    budget: Budget
+    points: tuple[Point, ...]
+    peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
+
+
+@dataclass
+class OpResult(Json):
+    """One op of one point: measured (`ok`) or not possible here (`skipped`, with the reason)."""
+
+    status: str  # "ok" or "skipped"
+    reason: str = ""
+    device: str = ""  # where the outputs lived
+    measurement: Measurement | None = None  # every per-call sample, the block length, the stop reason
+    stats: Stats | None = None
+    calls_per_block: int | None = metric()  # calls timed together per sample: timer overhead shrinks with it
+    flops: int | None = metric()  # per call, counted from the model's layers (experiments.flops)
+    compiles: int | None = metric(max)  # jit/torch.compile compilations over the whole measurement: 1 when sound
+    page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
+    peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU), see docs/measuring.md
+    background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
+
+    def metrics(self) -> dict[str, float]:
+        """The numbers MLflow gets for this op: the stats, then every `metric()` field that was measured."""
+        out = dataclasses.asdict(self.stats) if self.stats else {}
+        out |= {f.name: getattr(self, f.name) for f in metric_fields() if getattr(self, f.name) is not None}
+        return {k: float(v) for k, v in out.items()}
+
+
+def metric_fields() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(OpResult) if f.metadata.get("metric")]
+
+
+METRICS = tuple(f.name for f in metric_fields())  # besides STATS
+
+
+@dataclass
+class PointResult(Json):
+    """The worker's line for one point; or, written by the harness, why there is none (`failure`)."""
+
+    batch_size: int
+    device: str = "n/a"
+    environment: dict[str, str] = field(default_factory=dict)
+    ops: dict[str, OpResult] = field(default_factory=dict)
+    peak_tflops: float | None = None  # what a large matmul sustains here, this framework and precision
+    failure: str | None = None  # a crash, an OOM kill, a timeout: the point failed
+    stderr_tail: str = ""  # the worker's last output, kept with a failure

@@ -1,0 +1,99 @@
+"""framework=external: a runner in any language, run in a worker's place and read in seed 000's
+line protocol (TIMING, METADATA and nnbench's SAMPLES; see docs/protocol.md).
+
+The command template (`external.command`) is expanded per job with plain comma-separated values, split like a
+shell command line (no shell runs it) and started in the directory the sweep was started from.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+import shutil
+import string
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from experiments.common import sciml
+from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Request
+from experiments.harness import manager
+from experiments.measure.stats import summarize
+
+PLACEHOLDERS = ("model", "precision", "device", "ops", "batch_sizes")
+
+
+def check(template: str | None, name: str | None) -> None:
+    """Raise ValueError naming the fix for a missing name or command, an unknown placeholder or program."""
+    if not name or not template:
+        raise ValueError("framework=external needs external.name=NAME and external.command='PROGRAM ARGS' "
+                         "(see docs/protocol.md)")
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    if unknown := sorted(fields - set(PLACEHOLDERS)):
+        raise ValueError(f"external.command has no placeholder {{{unknown[0]}}}: use "
+                         + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+    program = shlex.split(template)[0]
+    if not shutil.which(program):
+        raise ValueError(f"external.command runs {program!r}, which is not an executable on PATH or at that path")
+
+
+def command(template: str, request: Request) -> list[str]:
+    """The runner's argv for a job's points."""
+    ops = dict.fromkeys(op for p in request.points for op in p.ops)
+    values = {"model": request.model["name"], "precision": request.setup.precision, "device": request.setup.device,
+              "ops": ",".join(ops), "batch_sizes": ",".join(str(p.batch_size) for p in request.points)}
+    return shlex.split(template.format(**values))
+
+
+def results(parsed: sciml.Parsed, name: str, model: str, points: tuple[Point, ...], device: str) -> list[PointResult]:
+    """One PointResult per point; a point whose ops the runner did not time fails, naming what is missing."""
+    timings = {t.key: t.seconds for t in parsed.timings}
+    samples = {s.key: list(s.seconds) for s in parsed.samples}
+    env = {f"runner_{k.lower().replace(' ', '_')}": v for k, v in parsed.metadata.items()} | {"runner": name}
+    device = parsed.metadata.get(f"{name} device", device)
+    out = []
+    for point in points:
+        keys = {op: (name, model, op, point.batch_size) for op in point.ops}
+        missing = [" ".join(map(str, k)) for k in keys.values() if k not in timings]
+        if missing:
+            out.append(PointResult(point.batch_size, failure=f"the runner printed no TIMING line for {missing[0]}"))
+            continue
+        ops = {}
+        for op, key in keys.items():
+            # with SAMPLES every statistic comes from them; without, the TIMING median is the one sample
+            # (n_samples=1, no spread, a CI of zero width: the run says how little it knows)
+            m = Measurement(samples.get(key, [timings[key]]), 1, math.nan, "runner", sum(samples.get(key, [])))
+            ops[op] = OpResult("ok", device=device, measurement=m, stats=summarize([m], point.batch_size))
+        out.append(PointResult(point.batch_size, device, env, ops))
+    return out
+
+
+def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: str,
+        on_result: Callable[[PointResult], None] = lambda r: None) -> list[PointResult]:
+    """Run the runner once for all the job's points; hand on one result per point (failed ones included)."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    argv = command(template, request)
+    stdout_path, stderr_path = job_dir / "runner.out", job_dir / "runner.log"
+    with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
+        try:
+            rc, reason = proc.wait(timeout=timeout_s * len(request.points)), None
+        except subprocess.TimeoutExpired:
+            manager.stop(proc)
+            rc, reason = proc.returncode, f"timed out: no exit within bench.timeout_s={timeout_s:g} s per point"
+        except BaseException:  # an interrupt: never leave the runner measuring
+            manager.stop(proc)
+            raise
+    tail = stderr_path.read_text(errors="replace")[-3000:]
+    if reason is None and rc != 0:
+        reason = manager.exit_reason(rc, "runner")
+    if reason is None:
+        try:
+            found = results(sciml.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],
+                            request.points, request.setup.device)
+        except sciml.ProtocolError as e:
+            reason = f"the runner printed a malformed line: {e}"
+    if reason is not None:
+        found = [PointResult(p.batch_size, failure=reason, stderr_tail=tail) for p in request.points]
+    for r in found:
+        on_result(r)
+    return found

@@ -1,0 +1,90 @@
+"""Framework adapters: `experiments/measure/backends/<name>_backend.py`, one per framework, imported only when selected.
+
+Every adapter mirrors the others: a `Backend` class (configure, prepare, matmul, peak memory, environment), `make_model`,
+`to_input` and `make_loss` with the same signatures, and the parity helpers `forward` and `loss_and_grads`
+(the `Reference` protocol). An unknown layer or activation raises `Unsupported` in every one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from experiments.common.config import OPS
+from experiments.common.protocol import Setup
+
+# The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+
+
+class Unsupported(Exception):
+    """This combination can't run here; the runner records a skipped op with this message."""
+
+
+class Unavailable(Exception):
+    """The set-up can't run here (no such device, a layout or compile mode it lacks); the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One prepared op: `fn` does only the work, `sync` waits for all of it."""
+
+    fn: Callable[[], Any]  # one call of the op; returns its whole output pytree; no sync, no host copy
+    sync: Callable[[Any], None]  # blocks until every leaf of an output is computed
+    device_of: Callable[[Any], str]  # where an output actually lives, e.g. "cpu" or "cuda:0"
+    compiles: Callable[[], int] | None = None  # compilations so far (jit or torch.compile); None when eager
+
+
+class Backend(Protocol):
+    def configure(self, setup: Setup) -> str:
+        """Set precision policy, device, compile mode and layout before any array exists; return the device
+        used ("cpu", "cuda:0"); raise Unavailable where this set-up can't run."""
+
+    def prepare(self, spec: Any, op: str, batch: int, seed: int) -> Step:
+        """Build the model from the spec's numpy weights and return the op ready to time, not yet called
+        (its first call, with the trace or compile, is timed apart)."""
+
+    def matmul(self, n: int) -> Step:
+        """An n×n @ n×n product at the configured precision: what the device sustains (the MFU's peak)."""
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak for `peak_memory` (where the framework can)."""
+
+    def peak_memory(self) -> int | None:
+        """Peak device memory in bytes since the reset; None where the framework can't say (the CPU)."""
+
+    def environment(self) -> dict[str, str]:
+        """Allow-listed versions and device facts of the framework as imported in this process."""
+
+
+class Reference(Protocol):
+    """What the parity tests call in each adapter module: fp32, on the CPU, from canonical numpy weights."""
+
+    def forward(self, spec: Any, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Eval-mode output."""
+
+    def loss_and_grads(self, spec: Any, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+        """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+
+
+def check_op(spec: Any, op: str) -> None:
+    """What no framework can do, whichever adapter is asked: an unknown op, or training constant weights."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
+    if op == "training" and not spec.trainable:
+        raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+
+
+def unsupported(framework: str, layer: Any) -> Unsupported:
+    return Unsupported(f"the {framework} backend has no layer {layer!r}")
+
+
+def module(framework: str):
+    """The adapter module, by naming convention (the parity tests use its `Reference` functions)."""
+    return import_module(f"{__name__}.{framework}_backend")
+
+
+def load(framework: str) -> Backend:
+    return module(framework).Backend()

@@ -1,0 +1,199 @@
+"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC).
+
+compile=True: `nnx.split` once, then `jax.jit` of pure functions of the state (graphdef closed over, training state
+donated, Adam as plain optax on the split params); compile=False: the same functions, eager, op by op.
+The state goes in as a flat list of arrays, flattened once outside the timed call, and all of it, optimizer
+state included, is placed on the device first: an nnx.State argument cost 22.0 µs per call against 6.8 µs for
+the list (a no-op jit, this CPU), and an unplaced Adam step counter compiled the training step twice (cache 2).
+"""
+from __future__ import annotations
+
+import os
+
+import flax
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+import optax
+from flax import nnx
+
+from experiments.common.protocol import Setup
+from experiments.measure.backends import Step, Unavailable, check_op
+from experiments.measure.backends.jax_layers import dtype, make_model
+from models import ModelSpec
+
+def split(model: nnx.Module):
+    """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
+    return nnx.split(model, nnx.Param, ...)
+
+
+def to_input(a: np.ndarray, precision: str, device, memory_format: str = "nhwc") -> jax.Array:
+    """A canonical (channels-last) batch, as is: XLA's layout is NHWC (`configure` rejects any other)."""
+    return jax.device_put(jnp.asarray(a, dtype(precision)), device)
+
+
+def make_loss(spec: ModelSpec, model: nnx.Module):
+    """Pure loss(params, rest, x, y) -> (value, new rest) of the split model; train-mode BatchNorm updates rest."""
+    graphdef = split(model)[0]
+
+    def loss(params, rest, x, y):
+        model = nnx.merge(graphdef, params, rest, copy=True)  # fresh Variables: BatchNorm may update them in a trace
+        yhat = model(x)
+        value = jnp.sum((yhat - y) ** 2) if spec.loss == "sse" else jnp.mean(yhat)
+        return value, split(model)[2]
+
+    return loss
+
+
+def make_grad(spec: ModelSpec, loss):
+    """(params, rest, x, y) -> (loss, grads) w.r.t. the params, or w.r.t. x for constant-weight models."""
+    vg = jax.value_and_grad(loss, argnums=0 if spec.trainable else 2, has_aux=True)
+
+    def grad(params, rest, x, y):
+        (value, _), g = vg(params, rest, x, y)
+        return value, g
+
+    return grad
+
+
+def canonical(state) -> dict[str, np.ndarray]:
+    """nnx state paths ("layers", 3, "body", "layers", 0, "kernel") -> canonical keys ("3.0.kernel")."""
+    return {".".join(str(k) for k in path if k not in ("layers", "body")): np.asarray(v[...])
+            for path, v in nnx.to_flat_state(state)}
+
+
+def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Eval-mode output at fp32 on the default device, for parity tests."""
+    model = make_model(spec, params, "fp32", train=False)
+    return np.asarray(model(to_input(x, "fp32", None)))
+
+
+def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+    model = make_model(spec, params, "fp32", train=True)
+    _, p, rest = split(model)
+    x, y = (to_input(a, "fp32", None) for a in (x, y))
+    value, g = make_grad(spec, make_loss(spec, model))(p, rest, x, y)
+    return float(value), canonical(g) if spec.trainable else np.asarray(g)
+
+
+def make_train_step(loss, tx: optax.GradientTransformation):
+    """One Adam step on (params, rest, opt_state): loss, backward, update, new BatchNorm stats."""
+
+    def step(state, x, y):
+        params, rest, opt_state = state
+        (value, rest), grads = jax.value_and_grad(loss, has_aux=True)(params, rest, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), rest, opt_state), value
+
+    return step
+
+
+def device_name(d) -> str:
+    return "cpu" if d.platform == "cpu" else f"{'cuda' if d.platform == 'gpu' else d.platform}:{d.id}"
+
+
+def flat(f, state, device):
+    """f(state, *args) as g(leaves, *args) on the state's leaves placed on the device, and those leaves: a list
+    flattens in C++ per call, an nnx.State in Python."""
+    leaves, tree = jax.tree.flatten(jax.device_put(state, device))
+
+    def g(leaves, *args):
+        return f(jax.tree.unflatten(tree, leaves), *args)
+
+    return g, leaves
+
+
+class Backend:
+    def __init__(self):
+        self.setup = Setup("fp32", "cpu")
+        self.device = jax.devices()[0]
+
+    def configure(self, setup: Setup) -> str:
+        if setup.memory_format != "nhwc" or setup.compile_mode != "default":
+            raise Unavailable(f"jax runs memory_format=nhwc and compile_mode=default only (got {setup.memory_format}, "
+                              f"{setup.compile_mode}): drop framework.memory_format and framework.compile_mode")
+        if setup.precision == "fp64":
+            jax.config.update("jax_enable_x64", True)  # global, and only safe before any array exists
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if setup.tf32 else "highest")
+        if setup.device == "cpu":
+            self.device = jax.devices("cpu")[0]
+        else:
+            try:
+                self.device = jax.devices("gpu")[0]
+            except RuntimeError:
+                if setup.device == "gpu":
+                    raise Unavailable("device=gpu but jax sees no GPU: install the CUDA build "
+                                      "(pip install 'nnbench[cuda]') or use device=cpu") from None
+                self.device = jax.devices("cpu")[0]
+        jax.config.update("jax_default_device", self.device)
+        self.setup = setup
+        return device_name(self.device)
+
+    def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
+        check_op(spec, op)
+        precision = self.setup.precision
+        x, y = (to_input(a, precision, self.device) for a in spec.make_batch(batch, seed))
+        model = make_model(spec, spec.init(seed), precision, train=op != "inference")
+        graphdef, p, rest = split(model)
+        jit = jax.jit if self.setup.compile else lambda f, **_: f
+        if op == "inference":
+            f, leaves = flat(lambda state, x: nnx.merge(graphdef, *state)(x), (p, rest), self.device)
+            jitted = jit(f)
+
+            def fn():
+                return jitted(leaves, x)
+        elif op == "grad":
+            grad = make_grad(spec, make_loss(spec, model))
+            f, leaves = flat(lambda state, x, y: grad(*state, x, y), (p, rest), self.device)
+            jitted = jit(f)
+
+            def fn():
+                return jitted(leaves, x, y)
+        else:
+            tx = optax.adam(1e-3)
+            train = make_train_step(make_loss(spec, model), tx)
+
+            def step(state, x, y):
+                new, loss = train(state, x, y)
+                return jax.tree.leaves(new), loss  # the same order as the leaves that went in
+
+            f, leaves = flat(step, (p, rest, tx.init(p)), self.device)
+            jitted = jit(f, donate_argnums=0)
+
+            def fn():
+                nonlocal leaves  # the previous state was donated: keep only the new one
+                leaves, loss = jitted(leaves, x, y)
+                return leaves, loss
+        return Step(fn, jax.block_until_ready, device_of,
+                    compiles=jitted._cache_size if self.setup.compile else None)
+
+    def matmul(self, n: int) -> Step:
+        a = jax.device_put(jnp.ones((n, n), dtype(self.setup.precision)) / n, self.device)
+        mm = jax.jit(jnp.matmul)
+        return Step(lambda: mm(a, a), jax.block_until_ready, device_of, compiles=mm._cache_size)
+
+    def reset_peak_memory(self) -> None:
+        """XLA keeps one peak per process: ops measured later in a worker report the larger of theirs and earlier."""
+
+    def peak_memory(self) -> int | None:
+        stats = self.device.memory_stats() if self.device.platform != "cpu" else None
+        return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+    def environment(self) -> dict[str, str]:
+        from jax._src.lib import cuda_versions  # None on CPU-only installs
+
+        env = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "flax_version": flax.__version__,
+               "optax_version": optax.__version__, "device_name": self.device.device_kind,
+               "device_platform": self.device.platform}
+        if cuda_versions is not None:
+            env["cuda_version"] = str(cuda_versions.cuda_runtime_get_version())
+            env["cudnn_version"] = str(cuda_versions.cudnn_get_version())
+        if "XLA_FLAGS" in os.environ:
+            env["xla_flags"] = os.environ["XLA_FLAGS"]
+        return env
+
+
+def device_of(out) -> str:
+    return device_name(next(iter(jax.tree.leaves(out)[0].devices())))

@@ -1,0 +1,91 @@
+"""Environment record from an allow-list (never a dump of os.environ), and its fingerprint."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+# Environment variables that change what is measured; nothing else is ever read.
+ENV_FLAGS = (
+    "XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "JAX_PLATFORMS",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_MAX_AUTOTUNE",
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD",
+)
+# Where a scheduler ran the job: recorded, but not part of the fingerprint (another job id is the same environment).
+SCHEDULER_VARS = {"SLURM_JOB_ID": "slurm_job_id", "SLURM_ARRAY_JOB_ID": "slurm_array_job_id",
+                  "SLURM_ARRAY_TASK_ID": "slurm_array_task_id", "SLURM_JOB_PARTITION": "slurm_partition",
+                  "SLURMD_NODENAME": "slurm_node"}
+# Keys whose change makes a different environment for the same config point.
+FINGERPRINT_KEYS = (
+    "python_version", "numpy_version", "jax_version", "jaxlib_version", "flax_version", "optax_version",
+    "torch_version", "cuda_version", "cudnn_version", "device_name", "cpu_model", "precision_policy", "allocator",
+) + tuple(f"env_{k}" for k in ENV_FLAGS)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_record() -> dict[str, str]:
+    """Facts about this process's interpreter and machine (the worker calls it, so versions are its own)."""
+    rec = {
+        "python_version": platform.python_version(),
+        "python_executable": sys.executable,
+        "python_prefix": sys.prefix,  # tells venvs apart: their executables may link to the same binary
+        "numpy_version": metadata.version("numpy"),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count_logical": str(psutil.cpu_count(logical=True)),
+        "cpu_count_physical": str(psutil.cpu_count(logical=False)),
+        "cpu_affinity": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "",
+        "memory_total_bytes": str(psutil.virtual_memory().total),
+        "host": socket.gethostname(),
+        "load_avg_1m": f"{os.getloadavg()[0]:.2f}",  # at the worker's start: a busy host explains noisy numbers
+        "allocator": os.environ.get("NNBENCH_ALLOCATOR", "system"),  # runtime.allocator, as the harness set it
+    }
+    rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
+    rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
+    return rec
+
+
+@functools.cache
+def suite_record() -> dict[str, str]:
+    """The suite's own version: git commit (and whether the tree was dirty) of the code that ran; read once."""
+    root = Path(__file__).resolve().parent.parent
+    rec = {"nnbench_git_commit": "unknown"}
+    try:
+        rec["nnbench_git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rec["nnbench_git_dirty"] = str(bool(dirty)).lower()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for pkg in ("mlflow", "hydra-core"):
+        try:
+            rec[f"{pkg.split('-')[0]}_version"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return rec
+
+
+def fingerprint(record: dict[str, str]) -> str:
+    """Stable short hash of what makes an environment different (versions, device, policy, flags)."""
+    key = {k: record[k] for k in FINGERPRINT_KEYS if k in record}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,38 @@
+"""What the worker reads around its sampling, besides the clock: its page faults and CPU time, the machine's busy
+CPU time (other processes' use, in cores), and its resident memory. Linux /proc and getrusage; runs in the worker."""
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import psutil
+
+
+def meter() -> dict[str, float]:
+    """Read before and after the sampling: this process's page faults and CPU time, the machine's busy CPU time."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = psutil.cpu_times()
+    busy = cpu.user + cpu.nice + cpu.system + cpu.irq + cpu.softirq + cpu.steal  # guest time is inside user
+    return {"minor_faults": own.ru_minflt, "own_cpu_s": own.ru_utime + own.ru_stime, "busy_cpu_s": busy,
+            "wall_s": time.monotonic()}
+
+
+def background_cores(change: dict[str, float]) -> float:
+    """Other processes' CPU use, in cores, from the change of `meter()` over a while (its jiffies: ±0.01)."""
+    return max(0.0, (change["busy_cpu_s"] - change["own_cpu_s"]) / change["wall_s"])
+
+
+def resident() -> tuple[int, int]:
+    """This process's resident set and its high-water mark, in bytes (Linux /proc)."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return tuple(int(status[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM"))
+
+
+def reset_high_water() -> bool:
+    """Set the high-water mark to the current resident set (Linux 4.0+); False where that is refused."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,94 @@
+"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework.
+
+It imports only the selected framework, writes one JSON line per finished point (so a crash loses
+only the point in progress) and never talks to MLflow.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import models
+from experiments.common.protocol import OpResult, PointResult, Request, Setup
+from experiments.measure import flops, peaks, stats, timing
+from experiments.measure.backends import Unavailable, Unsupported, load
+from experiments.measure.environment import fingerprint, host_record
+from experiments.measure.meter import background_cores, meter, reset_high_water, resident
+
+
+def check_device(step, out, configured: str) -> str:
+    """The device the output lives on; a silent fallback to another device is an error, not a result."""
+    actual = step.device_of(out)
+    if actual.split(":")[0] != configured.split(":")[0]:
+        raise RuntimeError(f"outputs live on {actual}, not on the configured {configured}")
+    return actual
+
+
+def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str) -> OpResult:
+    """One op, from building its model to its last sample; its peak memory counts from before the build."""
+    backend.reset_peak_memory()
+    rss, hwm = resident()
+    base = rss if reset_high_water() else hwm
+    try:
+        step = backend.prepare(spec, op, batch, req.seed)
+    except Unsupported as e:
+        return OpResult("skipped", reason=str(e))
+    seen: list[str] = []
+    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)),
+                       meter=meter)
+    peak = backend.peak_memory()
+    d = m.meter
+    return OpResult("ok", device=seen[0], measurement=m, stats=stats.summarize([m], batch), calls_per_block=m.block,
+                    flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
+                    page_faults_per_call=d["minor_faults"] / m.calls,
+                    peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
+                    background_cores=background_cores(d))
+
+
+def environment(backend, s: Setup) -> dict[str, str]:
+    """The allow-listed record of this process, once the backend is configured (its fingerprint is resume's key)."""
+    return host_record() | {"precision_policy": f"{s.precision}/tf32-{'on' if s.tf32 else 'off'}"} \
+        | backend.environment()
+
+
+def main(request_path: str, results_path: str) -> int:
+    req = Request.from_json(Path(request_path).read_text())
+    backend = load(req.framework)
+    try:
+        device = backend.configure(req.setup)
+    except Unavailable as e:
+        print(f"nnbench: error: {e}", file=sys.stderr)
+        return 3
+    env = environment(backend, req.setup)
+    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
+        else None
+    spec = models.load(**req.model)
+    with open(results_path, "a") as f:
+        for point in req.points:
+            # each op's model and state are freed before the next op is built
+            ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
+            f.write(PointResult(point.batch_size, device, env, ops, peak).to_json() + "\n")
+            f.flush()
+    return 0
+
+
+def probe(framework: str, setup: str) -> int:
+    """Check that the framework imports and can run this set-up, before a sweep writes anything; print the device
+    and the environment's fingerprint (what the worker will record)."""
+    try:
+        backend, s = load(framework), Setup.from_json(setup)
+        print(backend.configure(s))
+        print(fingerprint(environment(backend, s)))
+    except ImportError as e:
+        print(f"{e} (in {sys.executable}): install it (pip install -e . in that environment)")
+        return 3
+    except Unavailable as e:
+        print(e)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--probe":
+        sys.exit(probe(*sys.argv[2:4]))
+    sys.exit(main(*sys.argv[1:3]))

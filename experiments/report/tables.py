@@ -1,0 +1,109 @@
+"""Comparison tables from runs as a pandas DataFrame (`mlflow.search_runs` output): one row per measured (run, op),
+points, speedups, the summary and its Markdown. No MLflow and no plotting here. Parent side."""
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.common.config import DEFAULT_BASELINE, OPS
+from experiments.common.protocol import METRICS, STATS
+from experiments.store.records import DERIVED, PARAMS
+
+OP_METRICS = STATS + METRICS + DERIVED  # the `<op>_<name>` metrics of a point run
+
+
+def tidy(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured (run, op), from `mlflow.search_runs` output; unmeasured runs are dropped."""
+    rows = []
+    for _, r in runs.iterrows():
+        if pd.isna(r.get("params.model")):
+            continue  # a sweep's parent run
+        for op in OPS:
+            if pd.isna(r.get(f"metrics.{op}_median_s")):
+                continue
+            row = {"run_id": r["run_id"], "run_name": r.get("tags.mlflow.runName"), "op": op,
+                   "start_time": r.get("start_time")}
+            row |= {p: r.get(f"params.{p}") for p in PARAMS}
+            row |= {m: r.get(f"metrics.{op}_{m}") for m in OP_METRICS} | {"peak_tflops": r.get("metrics.peak_tflops")}
+            row |= {c[5:]: r[c] for c in runs.columns if c.startswith("tags.") and not c.startswith("tags.mlflow.")}
+            rows.append(row)
+    t = pd.DataFrame(rows)
+    if t.empty:
+        return t
+    t["batch_size"] = t["batch_size"].astype(int)
+    t["variant"] = t["mode"] + " " + t["precision"]
+    t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
+    return t.sort_values(["model", "op", "variant", "batch_size"], ignore_index=True)
+
+
+POINT = ["model", "op", "batch_size", "variant", "device"]
+
+
+def points(t: pd.DataFrame) -> pd.DataFrame:
+    """One row per point: replicate runs (repeat=0,1,...) folded into the median of their statistics."""
+    g = t.groupby(POINT, sort=True, dropna=False)
+    out = g[["median_s", "p25_s", "p75_s"]].median()
+    out["ci95_low_s"], out["ci95_high_s"] = g["ci95_low_s"].min(), g["ci95_high_s"].max()
+    out["n_samples"], out["runs"] = g["n_samples"].sum(), g.size()
+    out["run_id"] = g["run_id"].agg(",".join)
+    out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
+    out["mfu"] = g["mfu"].median()
+    out["noisy"] = g["noisy"].agg(lambda v: bool((v == "true").any())) if "noisy" in t else False
+    out = out.reset_index()
+    out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
+    return out
+
+
+def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[str, pd.DataFrame]:
+    """The lines of one figure: variant -> batch size, y and its p25-p75 band (time) or the same for throughput."""
+    t = points(t)
+    sub = t[(t["model"] == model) & (t["op"] == op)]
+    out = {}
+    for variant, g in sub.groupby("variant", sort=True):
+        g = g.sort_values("batch_size")
+        if y == "median_s":
+            out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["median_s"],
+                                       "lo": g["p25_s"], "hi": g["p75_s"]}).reset_index(drop=True)
+        elif y == "mfu":  # no band: one peak per environment
+            if g["mfu"].notna().any():
+                out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["mfu"], "lo": g["mfu"],
+                                             "hi": g["mfu"]}).reset_index(drop=True)
+        else:  # throughput: the band follows from the time quartiles
+            out[variant] = pd.DataFrame({"batch_size": g["batch_size"], "y": g["throughput_samples_per_s"],
+                                       "lo": g["batch_size"] / g["p75_s"],
+                                       "hi": g["batch_size"] / g["p25_s"]}).reset_index(drop=True)
+    return out
+
+
+def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
+    """Baseline median / median per (model, op, batch size, variant): > 1 means faster than the baseline."""
+    t = points(t)
+    base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])["median_s"]
+    s = t.join(base.rename("baseline_s"), on=["model", "op", "batch_size"])
+    s = s.dropna(subset=["baseline_s"])
+    s["speedup"] = s["baseline_s"] / s["median_s"]
+    return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup"]].reset_index(drop=True)
+
+
+def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
+    """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
+    s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
+                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", "noisy", "run_id"]]
+    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])["speedup"]
+    s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "variant"])
+    return s.reset_index(drop=True)
+
+
+def markdown(s: pd.DataFrame) -> str:
+    """Medians in ms with the p25-p75 spread, readable in a terminal, an issue or a PR."""
+    (speedup,) = [c for c in s.columns if c.startswith("speedup_vs_")]
+    view = pd.DataFrame({
+        "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["variant"],
+        "median ms": (s["median_s"] * 1e3).map("{:.4g}".format),
+        "p25–p75 ms": [f"{a * 1e3:.4g}–{b * 1e3:.4g}" for a, b in zip(s["p25_s"], s["p75_s"])],
+        "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
+        "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
+    })
+    view[speedup.replace("_", " ")] = s[speedup].map(lambda v: "" if pd.isna(v) else f"{v:.2f}×")
+    if s["noisy"].any():  # other processes used the CPU while these were measured (docs/measuring.md: the noisy guard)
+        view["noisy"] = s["noisy"].map({True: "NOISY", False: ""})
+    return view.to_markdown(index=False)

@@ -1,0 +1,122 @@
+"""The sweep dir on disk, where every result is kept before it is logged: one state file that a sweep's jobs share
+(store, experiment, parent run, point count), its lock and progress count, and the points saved under it.
+
+It is the only channel: jobs on other processes or hosts find the parent run there, so the sweep dir must
+be on a disk they all see (as Hydra's launchers assume for their own outputs). The launching process holds a
+lock file beside it while the sweep runs, so `upload` and later sweeps can tell a live sweep from a dead one.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from experiments.common.job import Job
+from experiments.common.protocol import Json
+from experiments.store.records import META
+
+STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
+LOCK = "nnbench-sweep.lock"
+MARKER = "mlflow_run_id"  # in a point dir: the id of its run, written as soon as the run is created
+_held: list[int] = []  # lock file descriptors, open for the life of the process
+
+
+@dataclass(frozen=True)
+class SweepState(Json):
+    uri: str  # the MLflow store every job logs to
+    experiment_id: str
+    parent_run_id: str | None  # None for a single run (no -m)
+    jobs: int | None  # None: a sweeper whose jobs can't be listed in advance
+    points: int | None
+    start: float
+    measurements: int | None = None  # points × processes: what the progress counts
+    ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
+    resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
+
+    def todo(self, job: Job, number: int) -> Job:
+        """The job without the points that resume=true found FINISHED in the store."""
+        return without(job, self.resumed.get(str(number), []))
+
+
+def without(job: Job, batch_sizes: list[int]) -> Job:
+    return replace(job, points=tuple(p for p in job.points if p.batch_size not in batch_sizes))
+
+
+class SweepTaken(Exception):
+    """The directory already belongs to another sweep."""
+
+
+class Sweep:
+    """The state file and the progress count of one sweep dir (a single run's output dir is its own sweep)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.state, self.progress, self.lock = directory / STATE, directory / PROGRESS, directory / LOCK
+
+    @classmethod
+    def above(cls, path: Path) -> "Sweep | None":
+        """The sweep whose dir holds `path` (a job or point dir), if any."""
+        for d in (path, *path.parents):
+            if (d / STATE).exists():
+                return cls(d)
+        return None
+
+    def start(self, state: SweepState) -> None:
+        """Claim the directory (lock, then a state file that must not exist yet) and write the state."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with open(self.state, "x") as f:
+                f.write(state.to_json())
+        except (BlockingIOError, FileExistsError):
+            os.close(fd)
+            raise SweepTaken(f"{self.directory} already holds another sweep ({STATE}): choose another "
+                             "hydra.sweep.dir (or hydra.run.dir)") from None
+        _held.append(fd)
+        self.progress.write_text("")
+
+    def read(self) -> SweepState:
+        return SweepState.from_json(self.state.read_text())
+
+    def write(self, state: SweepState) -> None:
+        """Replace the state atomically: a full disk leaves the old one, never half a file."""
+        tmp = self.state.with_name(STATE + ".tmp")
+        tmp.write_text(state.to_json())
+        os.replace(tmp, self.state)
+
+    def end(self, how: str) -> None:
+        """Record how the sweep ended (best effort: the disk may be full)."""
+        try:
+            self.write(replace(self.read(), ended=how))
+        except OSError:
+            pass
+
+    def running(self) -> bool:
+        """Whether a live process still holds this sweep's lock."""
+        try:
+            fd = os.open(self.lock, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # releases only this descriptor's lock, never the holder's
+
+    def point_dirs(self) -> list[Path]:
+        """Every point saved under the sweep (a record.json is written last, so a half-saved point is not one)."""
+        return sorted(p.parent for p in self.directory.glob(f"**/points/*/{META}"))
+
+    def tick(self) -> str:
+        """Count one finished point; '[done/total, ETA]' for the console."""
+        with open(self.progress, "a") as f:
+            f.write(".")
+        state, done = self.read(), self.progress.stat().st_size
+        total = state.measurements or state.points or done
+        eta = (time.time() - state.start) / done * max(total - done, 0)
+        return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"

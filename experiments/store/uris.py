@@ -1,0 +1,81 @@
+"""Which MLflow store a run logs to, and a check in seconds, without importing MLflow, that it can be written.
+Parent side.
+
+MLflow itself retries a sqlite store it can't open for minutes (`sqlite:////proc/nope.db` took 104 s and 37
+warnings), so a store is checked here, before anything runs.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from experiments.common.errors import BadInput
+
+DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+DATABASES = ("postgresql", "mysql", "mssql", "databricks")  # left to MLflow (its retries are bounded in tracking)
+TIMEOUT_S = 5
+
+
+def store_uri(configured: str | None) -> str:
+    """The config key wins, then $MLFLOW_TRACKING_URI, then the local sqlite store under ./mlruns."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite URI (relative to the working directory, as MLflow reads it), else None."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def check(tracking_uri: str | None, experiment_name: str) -> str:
+    """The store's URI (as configured, else the default), once it is known to take writes; raises BadInput naming
+    the fix."""
+    uri = store_uri(tracking_uri)
+    if not str(experiment_name).strip():
+        raise BadInput("mlflow.experiment_name is empty: use e.g. mlflow.experiment_name=nnbench")
+    scheme = uri.split("://", 1)[0].split("+")[0] if "://" in uri else ""
+    if scheme == "sqlite":
+        check_sqlite(uri)
+    elif scheme in ("http", "https"):
+        check_server(uri)
+    elif scheme not in DATABASES and uri != "databricks":
+        raise BadInput(f"unsupported store {uri!r}: use sqlite:///PATH.db, http(s)://HOST:PORT or a database URI "
+                       "(postgresql://..., mysql://...); MLflow 3.13+ has no ./mlruns file store")
+    return uri
+
+
+def check_sqlite(uri: str) -> None:
+    path = sqlite_path(uri)
+    if path is None or str(path) in ("", ":memory:"):
+        raise BadInput(f"{uri} keeps nothing after the run: give a file, e.g. sqlite:///mlruns/mlflow.db")
+    if path.is_dir():
+        raise BadInput(f"{uri} is a directory: give a database file in it, e.g. sqlite:///{path / 'mlflow.db'}")
+    where = next(p for p in (path.parent.absolute(), *path.parent.absolute().parents) if p.exists())
+    try:  # the directory takes new files (the database, its journal and its creation lock): one made and gone
+        tempfile.TemporaryFile(dir=where).close()
+    except OSError as e:
+        raise BadInput(f"cannot write the store {uri}: {where} is not a writable directory ({e.strerror or e}); "
+                       "point mlflow.tracking_uri at a writable place") from None
+    if path.exists():
+        try:
+            con = sqlite3.connect(f"file:{path.absolute()}?mode=rw", uri=True, timeout=TIMEOUT_S)
+            try:
+                con.execute("PRAGMA schema_version").fetchone()  # reads the header: "file is not a database"
+                con.execute("BEGIN IMMEDIATE")  # takes the write lock: "attempt to write a readonly database"
+                con.rollback()
+            finally:
+                con.close()
+        except sqlite3.Error as e:
+            raise BadInput(f"cannot write the store {uri} ({e}): fix or move {path}, or point mlflow.tracking_uri "
+                           "elsewhere") from None
+
+
+def check_server(uri: str) -> None:
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=TIMEOUT_S).close()
+    except Exception as e:
+        reason = getattr(e, "reason", None) or e
+        raise BadInput(f"cannot open the MLflow store at {uri} ({reason}): start the tracking server, or point "
+                       "mlflow.tracking_uri / MLFLOW_TRACKING_URI at a reachable store") from None

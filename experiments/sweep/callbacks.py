@@ -1,0 +1,57 @@
+"""Hydra callback: a sweep opens the store and one parent run for its checked jobs, and ends with its report.
+
+Hydra turns an exception in a callback into a warning and goes on (hydra/_internal/callbacks.py, `_notify`), so
+nothing may escape here as an Exception: a failure at the start stops the sweep with one line and exit 2, and a
+failure at the end leaves a message and a non-zero exit (SystemExit passes through Hydra).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from experiments.common.errors import BadInput, fail, first_line
+from experiments.store import uris
+from experiments.store.sweepdir import Sweep, SweepTaken
+from experiments.sweep import commandline, ending, interrupts, preflight
+from experiments.sweep.state import open_sweep
+
+log = logging.getLogger("nnbench")
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+class SweepCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupts.checkpoint()  # a signal while Hydra started: nothing is written yet
+        sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        overrides = " ".join(config.hydra.overrides.task)
+        try:
+            checked = commandline.CHECKED
+            if checked is None:  # not started through `python -m experiments.run`: check here
+                jobs = None
+                if config.hydra.sweeper._target_ == commandline.BASIC_SWEEPER:
+                    jobs = preflight.jobs([preflight.as_dict(c) for c in commandline.job_configs(config)])
+                checked = commandline.Checked(jobs, uris.check(config.mlflow.tracking_uri, config.mlflow.experiment_name))
+            state = open_sweep(sweep_dir, checked.jobs, checked.uri, config.mlflow.experiment_name,
+                               f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
+                               {"overrides": overrides, "sweep_dir": str(sweep_dir)})
+        except (BadInput, SweepTaken) as e:
+            fail(str(e))
+        except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it
+            fail(first_line(e))
+        log.info("sweep: %s jobs, %s points, parent run %s", state.jobs, state.points, state.parent_run_id)
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if launcher != BASIC_LAUNCHER:
+            interrupts.at_once()  # the jobs run in the launcher's processes; this process only waits on them
+        if "submitit" in launcher and "Local" in launcher and config.hydra.sweeper.get("max_batch_size") is None:
+            log.warning("submitit_local starts every job at once, and timing processes on the same cores slow each "
+                        "other: add hydra.sweeper.max_batch_size=1 to measure one job at a time")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupts.checkpoint()  # a signal after the last job: the sweep ends as interrupted
+        interrupts.defer()  # from here a signal waits: the report and the parent's status are written whole
+        ending.end(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline)

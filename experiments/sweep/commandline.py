@@ -1,0 +1,115 @@
+"""The command line, checked before anything runs: every job composed by Hydra's own loader, then the preflight.
+
+`python -m experiments.run` calls `check(sys.argv[1:])` before `hydra.main`, so a bad input stops with one line
+(`nnbench: error: ...`, exit 2) before Hydra creates an output dir and before the store or any worker is touched.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from experiments.common.config import Config
+from experiments.common.errors import BadInput, fail
+from experiments.common.job import Job
+from experiments.store import uris
+from experiments.store.sweepdir import STATE
+from experiments.sweep import hydra_errors, preflight
+
+RUN_PY = Path(__file__).resolve().parents[1] / "run.py"  # the entry point: Hydra's config path is relative to it
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+ONLY_PRINTS = ("help", "hydra_help", "cfg", "info", "shell_completion")  # Hydra prints and exits: nothing runs
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the preflight found: the jobs (None: a sweeper that can't list them in advance) and their store."""
+
+    jobs: list[Job] | None
+    uri: str
+
+
+CHECKED: Checked | None = None  # set by the entry point; the sweep callback and a single run use it
+
+
+def check(argv: list[str]) -> Checked | None:
+    """Every job of the command line, checked; exits with one line naming the fix on bad input."""
+    try:
+        return checked(argv)
+    except BadInput as e:
+        message = str(e)
+    except Exception as e:  # Hydra's and OmegaConf's own errors, and anything else found before running
+        message = hydra_errors.explain(e)
+    fail(message)
+
+
+def checked(argv: list[str]) -> Checked | None:
+    parser = get_args_parser()
+    parser.error = refuse  # argparse would print its usage, then the error
+    args = parser.parse_args(argv)
+    if args.run + args.multirun + bool(args.cfg) + args.shell_completion + bool(args.info) > 1:
+        raise BadInput("give one of --run, --multirun (-m), --cfg, --info and --shell-completion")
+    if args.resolve and not (args.cfg or args.help):
+        raise BadInput("--resolve goes with --cfg or --help")
+    if any(getattr(args, a) for a in ONLY_PRINTS):
+        return None
+    search = create_automatic_config_search_path(str(RUN_PY), None, args.config_path or "../conf")
+    if args.config_dir:
+        search.prepend("command-line", f"file://{Path(args.config_dir).resolve()}")
+    hydra = Hydra.create_main_hydra2(task_name="run", config_search_path=search)
+    try:
+        name = args.config_name or "config"
+        multirun = args.multirun or hydra.get_mode(config_name=name, overrides=list(args.overrides)) == RunMode.MULTIRUN
+        master = hydra.compose_config(name, list(args.overrides), RunMode.MULTIRUN if multirun else RunMode.RUN)
+        listed = master.hydra.sweeper._target_ == BASIC_SWEEPER or not multirun  # else: its jobs come later
+        cfgs = job_configs(master) if multirun and listed else [master]
+        out_dir = Path(str(master.hydra.sweep.dir if multirun else master.hydra.run.dir))
+    finally:
+        GlobalHydra.instance().clear()
+    if (out_dir / STATE).exists():
+        raise BadInput(f"{out_dir} already holds another sweep ({STATE}): choose another hydra.sweep.dir")
+    dicts = [preflight.as_dict(c) for c in cfgs]
+    for d in dicts:
+        unknown_keys(d)
+    if len({(d["mlflow"]["tracking_uri"], d["mlflow"]["experiment_name"]) for d in dicts}) > 1:
+        raise BadInput("a sweep logs to one store: sweep mlflow.* in separate sweeps")
+    uri = uris.check(dicts[0]["mlflow"]["tracking_uri"], dicts[0]["mlflow"]["experiment_name"])
+    jobs = preflight.jobs(dicts)
+    return Checked(jobs if listed else None, uri)
+
+
+def refuse(message: str) -> NoReturn:
+    raise BadInput(f"{message} (see python -m experiments.run --help)")
+
+
+def job_configs(master: DictConfig) -> list[DictConfig]:
+    """Compose every job of a basic-sweeper multirun, as the sweeper itself will (presets add sweeper params)."""
+    loader = GlobalHydra.instance().config_loader()
+    params = [f"{k}={v}" for k, v in (master.hydra.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create(config_loader=loader).parse_overrides(
+        params + list(master.hydra.overrides.task))
+    jobs = [j for batch in BasicSweeper.split_arguments(overrides, None) for j in batch]
+    return [loader.load_sweep_config(master, list(j)) for j in jobs]
+
+
+def unknown_keys(cfg: dict) -> None:
+    """Keys added with `+key=...` that the schema doesn't have: nothing would read them (model keys: models.load)."""
+    hints = typing.get_type_hints(Config)
+    for key, value in cfg.items():
+        if key not in hints:
+            raise BadInput(hydra_errors.unknown_key(key, list(hints)))
+        if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]):
+            fields = [f.name for f in dataclasses.fields(hints[key])]
+            for sub in value:
+                if sub not in fields:
+                    raise BadInput(hydra_errors.unknown_key(f"{key}.{sub}", fields))

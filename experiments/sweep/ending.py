@@ -1,0 +1,189 @@
+"""How a sweep (or a single run) ends: its points counted from disk and checked in the store, its parent run
+closed, one last line `N finished, K skipped, F failed`, and an exit code that is 0 only when nothing was lost.
+
+Jobs may have run in other processes (joblib, submitit), so nothing here trusts process memory: the points are
+the record.json files under the sweep dir, and a point counts as logged only when the store holds its run
+(named by its `mlflow_run_id` marker) complete and closed.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments.common.config import DEFAULT_BASELINE
+from experiments.common.errors import LOST, fail, first_line
+from experiments.store.records import META
+from experiments.store.sweepdir import MARKER, Sweep, SweepState
+from experiments.sweep import interrupts, state as states
+
+UPLOAD = "nnbench upload"
+RESUME = "the same command with resume=true measures only what is missing"
+
+
+@dataclass
+class Outcome:
+    """The points of one sweep dir by outcome, and which of them the store does not hold yet."""
+
+    counts: Counter = field(default_factory=Counter)  # ok, skipped, failed, interrupted
+    not_logged: list[Path] = field(default_factory=list)
+    planned: int | None = None
+    store_error: str | None = None  # the store could not be asked which points it holds
+    resumed: int = 0  # points resume=true found FINISHED in the store, and skipped
+
+    @property
+    def kept(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every planned point has a record, and the store holds each one's complete run."""
+        return not (self.not_logged or self.missing or self.store_error)
+
+    @property
+    def missing(self) -> int:
+        """Planned points without a record: lost, or (after an interrupt) never measured."""
+        return max((self.planned or 0) - self.kept, 0)
+
+    def line(self, missing_as: str = "lost") -> str:
+        c = self.counts
+        out = f"{c['ok']} finished, {c['skipped']} skipped, {c['failed']} failed"
+        out += f", {c['interrupted']} interrupted" if c["interrupted"] else ""
+        out += f", {len(self.not_logged)} not logged" if self.not_logged else ""
+        out += f", {self.resumed} already in the store (resume)" if self.resumed else ""
+        return out + (f", {self.missing} {missing_as}" if self.missing else "")
+
+
+def outcome(sweep: Sweep, state: SweepState) -> Outcome:
+    """Count the points on disk, and ask the store about the run each marker names."""
+    from experiments.store import tracking  # mlflow is slow to import: only at the end
+
+    dirs = sweep.point_dirs()
+    out = Outcome(Counter(json.loads((d / META).read_text())["outcome"] for d in dirs), planned=state.points,
+                  resumed=sum(map(len, state.resumed.values())))
+    markers = {d: (d / MARKER).read_text().strip() for d in dirs if (d / MARKER).exists()}
+    try:
+        done = tracking.complete_runs(state.uri, list(markers.values()))
+        out.not_logged = [d for d in dirs if markers.get(d) not in done]
+    except Exception as e:
+        out.store_error = f"could not ask the store at {state.uri} which of them it holds ({first_line(e)})"
+    return out
+
+
+def close_parent(state: SweepState, status: str, baseline: str = DEFAULT_BASELINE, show: bool = False) -> int:
+    """The sweep's report as the parent run's artifacts, then its status; returns the number of point runs."""
+    from experiments.report import pages, tables  # matplotlib and mlflow are slow to import: only at the end
+    from experiments.store import tracking
+
+    runs = tracking.children(state.uri, state.experiment_id, state.parent_run_id)
+    t = tables.tidy(runs)
+    with tempfile.TemporaryDirectory() as tmp:
+        if not t.empty:
+            pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
+            if show:
+                print(tables.markdown(tables.summary(t, baseline)))
+        tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status)
+    return len(runs)
+
+
+def finish(sweep: Sweep, baseline: str) -> int:
+    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code."""
+    from experiments.store import tracking  # mlflow is slow to import: only at the end
+
+    state = sweep.read()
+    o = outcome(sweep, state)
+    cut = o.counts["interrupted"]  # a job interrupted in a launcher's process (SLURM's SIGTERM at a time limit)
+    complete = o.complete and not cut
+    problem = o.store_error
+    if state.parent_run_id and not problem:
+        try:
+            status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
+            n = close_parent(state, status, baseline, show=True)
+            print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
+            where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
+            print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
+        except Exception as e:  # every point is on disk already; upload makes the report later
+            problem, complete = f"could not finish the sweep's report and parent run ({first_line(e)})", False
+    sweep.end("finished" if complete else "incomplete")
+    if complete:
+        print(o.line())
+        return 0
+    unmeasured = "not measured" if cut else "lost"
+    why = f"; {problem}" if problem else ""
+    head = "nnbench: interrupted" if cut else "nnbench: error"
+    print(f"{head}: {o.line(missing_as=unmeasured)}{why}; the points are kept in {sweep.directory}: "
+          f"{UPLOAD} {sweep.directory} logs what the store lacks and closes the sweep; {RESUME}", file=sys.stderr)
+    return LOST
+
+
+def end(sweep: Sweep, baseline: str, what: str = "sweep") -> None:
+    """`finish` a sweep or single run; exit non-zero when it must. A signal that came while it closed waited until
+    it had closed (interrupts.defer): say so, and exit 128+signal."""
+    try:
+        code = finish(sweep, baseline)
+    except Exception as e:  # the points are on disk; say where, and fail
+        fail(f"the {what} could not end cleanly ({first_line(e)}); its points are kept in {sweep.directory}: "
+             f"{UPLOAD} {sweep.directory}", 1)
+    if signum := interrupts.pending():
+        print(f"nnbench: interrupted by {signal.Signals(signum).name} while the {what} closed; it closed all the same",
+              file=sys.stderr)
+        code = 128 + signum
+    if code:
+        sys.exit(code)
+
+
+def stopped(e: interrupts.Stop) -> int:
+    """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
+    interrupts.ignore()
+    interrupts.stop_children(None)  # the signal itself was passed on to a launcher's processes once, by the handler
+    signum = getattr(e, "signum", None)
+    head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
+    sweep = states.ACTIVE
+    try:
+        print(f"{head}{close_stopped(sweep, 'KILLED' if signum else 'FAILED')}", file=sys.stderr)
+    except Exception as err:  # the state or the records can't be read: still one line
+        print(f"{head}: could not close the sweep ({first_line(err)}); {UPLOAD} {getattr(sweep, 'directory', '.')} "
+              "logs what is kept", file=sys.stderr)
+    return 128 + signum if signum else 1
+
+
+def close_stopped(sweep: Sweep | None, status: str) -> str:
+    """Close a stopped sweep's parent run; the rest of its last line."""
+    from experiments.store import tracking  # mlflow is slow to import: only at the end
+
+    if sweep is None:
+        return " before anything was measured"
+    state = sweep.read()
+    o = outcome(sweep, state)
+    open_parent = ""
+    if state.parent_run_id:
+        try:
+            tracking.set_status(state.uri, state.parent_run_id, status)
+        except Exception as err:
+            open_parent = f"; its parent run could not be closed ({first_line(err)})"
+    sweep.end("interrupted" if status == "KILLED" else "stopped")
+    of = f" of {state.points} points" if state.points else ""
+    return (f": {o.line(missing_as='not measured')}{of}, kept in {sweep.directory}{open_parent}; {UPLOAD} "
+            f"{sweep.directory} logs what the store lacks and closes the sweep; {RESUME}")
+
+
+def close_sweep(sweep: Sweep, baseline: str) -> str:
+    """After `nnbench upload`: close the sweep's parent run, FINISHED (with the report) once every planned point is
+    in the store, KILLED for an interrupted sweep, else FAILED; what was done."""
+    from experiments.store import tracking  # mlflow is slow to import: only at the end
+
+    state = sweep.read()
+    parent = tracking.get_runs(state.uri, [state.parent_run_id])[state.parent_run_id]
+    if parent is None:
+        return f"its parent run {state.parent_run_id} is not in {state.uri}"
+    o = outcome(sweep, state)
+    status = "KILLED" if state.ended == "interrupted" else "FINISHED" if o.complete else "FAILED"
+    if parent.info.status != status or not tracking.is_complete(parent):
+        close_parent(state, status, baseline)
+    missing = f" (planned points without a record: see the job logs in {sweep.directory})" if (
+        o.missing and status == "FAILED") else ""
+    return f"parent run {state.parent_run_id} {status}: {o.line()}{missing}"

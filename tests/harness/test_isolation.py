@@ -1,0 +1,70 @@
+"""The worker: a crash, a kill or a hang fails only its point, and the job goes on."""
+import json
+import time
+
+import pytest
+
+from experiments.harness import manager
+from experiments.sweep import points, preflight
+from experiments.common.protocol import Point, Request, Setup
+from tests.helpers import budget
+
+
+def request(n_points: int) -> Request:
+    return Request("torch", Setup("fp32", "cpu"), {"name": "lenet"}, 0, budget("quick"),
+                   tuple(Point(2 ** i, ("inference",)) for i in range(n_points)))
+
+
+@pytest.mark.parametrize("fault,reason", [
+    ("segv", "worker killed by SIGSEGV"),
+    ("oom", "worker killed by SIGKILL (likely out of memory)"),
+    ("raise", "worker exited with code 1"),
+])
+def test_crash_fails_only_its_point(tmp_path, fake_python, monkeypatch, fault, reason):
+    monkeypatch.setenv("FAKE_FAULT", fault)
+    out = manager.run(request(4), tmp_path, timeout_s=60, python=fake_python)
+    # each worker measures one point, then dies in the next: ok, failed, ok, failed
+    assert [r.batch_size for r in out] == [1, 2, 4, 8]
+    assert [r.failure is not None for r in out] == [False, True, False, True]
+    assert out[1].failure.startswith(reason)
+    assert "about to fail" in out[1].stderr_tail
+    if fault == "raise":
+        assert "CUDA error: out of memory" in out[1].stderr_tail
+
+
+def test_hang_times_out_per_point(tmp_path, fake_python, monkeypatch):
+    monkeypatch.setenv("FAKE_FAULT", "hang")
+    t0 = time.monotonic()
+    out = manager.run(request(2), tmp_path, timeout_s=1.5, python=fake_python)
+    assert all(r.failure.startswith("timed out") for r in out)
+    assert time.monotonic() - t0 < 20
+
+
+def test_failed_point_becomes_a_failed_record(tmp_path, fake_python, monkeypatch, make_cfg):
+    monkeypatch.setenv("FAKE_FAULT", "segv")
+    cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
+    recs = points.run_job(preflight.check(preflight.as_dict(cfg)), tmp_path / "job")
+    assert [r.outcome for r in recs] == ["ok", "failed", "ok", "failed"]
+    failed = recs[1]
+    assert failed.status == "FAILED" and "SIGSEGV" in failed.tags["failure_reason"]
+    assert "about to fail" in failed.stderr
+    ok = recs[0]
+    assert ok.status == "FINISHED" and ok.metrics["inference_median_s"] == 0.001
+    assert ok.tags["torch_version"] == "0.fake"  # versions come from the worker, not this process
+    saved = sorted(p.name for p in (tmp_path / "job" / "points").iterdir())
+    assert saved == sorted(r.slug for r in recs)  # on disk before anything is logged
+    assert json.loads((tmp_path / "job" / "points" / ok.slug / "samples.json").read_text())["inference"]["samples_s"]
+    assert (tmp_path / "job" / "points" / failed.slug / "stderr.txt").read_text() == failed.stderr
+
+
+def test_new_lines_leave_a_partial_last_line_for_the_next_poll(tmp_path):
+    """The worker may be halfway through writing a line when the job polls: only complete lines are taken."""
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c": ')
+    lines, offset = manager.new_lines(path, 0)
+    assert lines == ['{"a": 1}', '{"b": 2}'] and offset == len(b'{"a": 1}\n{"b": 2}\n')
+    assert manager.new_lines(path, offset) == ([], offset)
+    with open(path, "ab") as f:
+        f.write(b'3}\n')
+    assert manager.new_lines(path, offset) == (['{"c": 3}'], path.stat().st_size)
+    assert manager.new_lines(tmp_path / "missing.jsonl", 0) == ([], 0)

@@ -1,0 +1,167 @@
+"""Both adapters through the Backend protocol on tiny sizes: devices, finite outputs, training progress, errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import models
+from experiments.measure.backends import Unavailable, Unsupported, load, module
+from experiments.common.config import OPS, backends
+from experiments.common.protocol import Setup
+from tests.helpers import FORMAT, gpu_visible, tiny
+
+ADAPTERS = {fw: module(fw) for fw in backends()}
+BATCH = 2
+# torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
+# only; the layers of the others are covered by the eager runs and by the parity tests. jax.jit runs on all.
+TORCH_COMPILED = ("mlp_relu", "lenet")
+CASES = [(name, fw, jit) for name in models.available() for fw in ADAPTERS for jit in (False, True)
+         if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
+
+
+def configured(fw: str, precision: str = "fp32", compile: bool = False):
+    """A fresh backend set to the CPU, per test, so no test inherits another's device or precision."""
+    backend = load(fw)
+    assert backend.configure(Setup(precision, "cpu", compile=compile, memory_format=FORMAT[fw])) == "cpu"
+    return backend
+
+
+def host(fw: str, out) -> list[np.ndarray]:
+    """float64 copies of every array leaf of an output, in pytree order (training: state first, loss last)."""
+    if fw == "jax":
+        import jax
+        return [np.asarray(a, np.float64) for a in jax.tree.leaves(out)]
+    import torch
+    from torch.utils._pytree import tree_leaves
+    return [t.detach().cpu().double().numpy() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def run(step):
+    out = step.fn()
+    step.sync(out)
+    return out
+
+
+@pytest.mark.parametrize("name,fw,jit", CASES)
+def test_ops(name, fw, jit):
+    spec, backend = tiny(name), configured(fw, compile=jit)
+    for op in OPS:
+        if op == "training" and not spec.trainable:
+            with pytest.raises(Unsupported, match="constant weights"):
+                backend.prepare(spec, op, BATCH, 0)
+            continue
+        step = backend.prepare(spec, op, BATCH, 0)
+        out = step.fn()
+        step.sync(out)
+        assert step.device_of(out) == "cpu"
+        first = host(fw, run(step))
+        assert first and all(np.isfinite(a).all() for a in first), op
+        if op == "inference":  # eval mode: deterministic, and the same function as the parity helper
+            np.testing.assert_array_equal(host(fw, run(step))[0], first[0])
+            x = spec.make_batch(BATCH, 0)[0]
+            np.testing.assert_allclose(first[0], ADAPTERS[fw].forward(spec, spec.init(0), x), rtol=1e-4, atol=1e-6)
+        elif op == "grad":
+            shapes = ([v.shape for k, v in spec.init(0).items() if not models.is_stat(k)] if spec.trainable
+                      else [(BATCH, *spec.input_shape)])
+            assert sorted(a.size for a in first[1:]) == sorted(int(np.prod(s)) for s in shapes)  # loss, then grads
+        else:
+            losses = [host(fw, run(step)) for _ in range(10)]
+            assert losses[-1][-1] < first[-1], "10 Adam steps on one batch should lower its loss"
+            assert not np.array_equal(losses[-1][0], first[0]), "the weights should change"
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+def test_gpu_request_without_gpu_fails_loudly(fw):
+    if gpu_visible(fw):
+        pytest.skip(f"{fw} sees a GPU")
+    with pytest.raises(Unavailable, match="device=gpu"):
+        load(fw).configure(Setup("fp32", "gpu", memory_format=FORMAT[fw]))
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_low_precision_runs_in_its_dtype(fw, precision):
+    backend, spec = configured(fw, precision, compile=fw == "jax"), tiny("lenet")  # the cheap mode of each
+    for op in ("inference", "training"):
+        out = run(backend.prepare(spec, op, BATCH, 0))
+        loss = out if op == "inference" else out[-1]
+        assert str(loss.dtype).endswith({"bf16": "bfloat16", "fp16": "float16"}[precision])
+
+
+def test_fp64_in_a_subprocess():
+    """jax_enable_x64 is global to a process, so fp64 runs apart from the other tests."""
+    code = ("import models; from experiments.measure.backends import load; from experiments.common.protocol import Setup\n"
+            "for fw, fmt in (('jax', 'nhwc'), ('torch', 'contiguous')):\n"
+            "    b = load(fw); b.configure(Setup('fp64', 'cpu', compile=fw == 'jax', memory_format=fmt))\n"
+            "    out = b.prepare(models.load('mlp_batchnorm'), 'training', 4, 0).fn()\n"
+            "    print(fw, out[-1].dtype)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["jax", "float64", "torch", "torch.float64"]
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+def test_environment_is_allow_listed(fw):
+    allowed = {"jax": {"jax_version", "jaxlib_version", "flax_version", "optax_version", "device_name",
+                       "device_platform", "cuda_version", "cudnn_version", "xla_flags"},
+               "torch": {"torch_version", "torch_num_threads", "device_name", "device_platform", "cuda_version",
+                         "cudnn_version", "torch_compile_backend"}}[fw]
+    env = configured(fw).environment()
+    assert f"{fw}_version" in env and set(env) <= allowed
+    assert all(isinstance(v, str) for v in env.values())
+    assert env["device_platform"] == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fw", ADAPTERS)
+def test_gpu_fp32_is_full_fp32(fw):
+    """On a GPU the outputs live on cuda:0, and fp32 means fp32 on both sides: TF32 off (FACTS.md's trap)."""
+    if not gpu_visible(fw):
+        pytest.skip(f"{fw} sees no GPU")
+    backend = load(fw)
+    try:
+        assert backend.configure(Setup("fp32", "gpu", compile=True, memory_format=FORMAT[fw])) == "cuda:0"
+        step = backend.prepare(tiny("mlp_relu"), "inference", 8, 0)
+        assert step.device_of(step.fn()) == "cuda:0"
+        a, b = np.random.default_rng(0).standard_normal((2, 1024, 1024)).astype(np.float32)
+        if fw == "jax":
+            import jax
+            import jax.numpy as jnp
+            assert jax.config.jax_default_matmul_precision == "highest"
+            c = np.asarray(jnp.asarray(a) @ jnp.asarray(b))
+        else:
+            import torch
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+            assert torch.get_float32_matmul_precision() == "highest"
+            c = (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5  # TF32 (10-bit mantissa) errs by about 1e-3
+    finally:
+        backend.configure(Setup("fp32", "cpu", memory_format=FORMAT[fw]))
+
+
+MIRRORED = ("dtype", "make_model", "to_input", "make_loss", "forward", "loss_and_grads")
+
+
+def test_adapters_mirror_each_other():
+    """Reading one adapter teaches the other: the same helpers, with the same parameters."""
+    import inspect
+
+    def params(f):
+        return list(inspect.signature(f).parameters)
+
+    for name in MIRRORED:
+        assert len({tuple(params(getattr(m, name))) for m in ADAPTERS.values()}) == 1, name
+    for name in ("configure", "prepare", "matmul", "reset_peak_memory", "peak_memory", "environment"):
+        assert len({tuple(params(getattr(m.Backend, name))) for m in ADAPTERS.values()}) == 1, name
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+@pytest.mark.parametrize("layer", [models.Act("swish"), models.Flatten, "conv3d"], ids=["act", "class", "str"])
+def test_unknown_layer_is_unsupported_in_every_adapter(fw, layer):
+    spec = models.ModelSpec("odd", (models.Dense(32, 8), layer), (32,), {"inference": (2,)})
+    with pytest.raises(Unsupported, match=f"the {fw} backend has no layer"):
+        ADAPTERS[fw].make_model(spec, spec.init(0), "fp32", train=False)

@@ -1,0 +1,198 @@
+"""Timing core with a fake clock: statistics, the stopping rule, blocks and sync."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from experiments.common.protocol import Measurement
+from experiments.measure.stats import median_ci_ranks, summarize
+from experiments.measure.timing import measure
+from tests.helpers import budget
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def op(clock, durations):
+    """A synchronous fake op: each call advances the clock by the next duration."""
+    it = iter(durations)
+
+    def fn():
+        clock.t += next(it)
+        return "out"
+    return fn
+
+
+def noop_sync(_):
+    pass
+
+
+@pytest.mark.parametrize("n", [6, 7, 10, 25, 50, 99, 100, 500, 1000])
+def test_median_ci_ranks_are_the_tightest_exact_binomial_interval(n):
+    lo, hi = median_ci_ranks(n)
+    assert hi == n - 1 - lo
+    coverage = 1 - 2 * stats.binom.cdf(lo, n, 0.5)
+    assert coverage >= 0.95
+    # one rank tighter on each side would drop below 95%
+    assert 1 - 2 * stats.binom.cdf(lo + 1, n, 0.5) < 0.95
+
+
+def test_median_ci_large_n_normal_approximation_close_to_exact():
+    n = 5000
+    lo, _ = median_ci_ranks(n)
+    exact = int(stats.binom.ppf(0.025, n, 0.5))
+    assert abs(lo - exact) <= 2
+
+
+def test_too_few_samples_use_the_full_range():
+    assert median_ci_ranks(5) == (0, 4)
+
+
+def test_summary_statistics_match_numpy():
+    samples = [0.003, 0.001, 0.002, 0.004, 0.010, 0.002, 0.003, 0.0025, 0.0031, 0.0029]
+    s = summarize([Measurement(samples, 1, 0.5, "ci")], batch=32)
+    a = np.array(samples)
+    assert s.median_s == pytest.approx(np.median(a))
+    assert s.p25_s == pytest.approx(np.percentile(a, 25))
+    assert s.p75_s == pytest.approx(np.percentile(a, 75))
+    assert s.min_s == 0.001 and s.mean_s == pytest.approx(a.mean()) and s.std_s == pytest.approx(a.std(ddof=1))
+    lo, hi = median_ci_ranks(len(a))
+    assert (s.ci95_low_s, s.ci95_high_s) == (sorted(a)[lo], sorted(a)[hi])
+    assert s.n_samples == 10 and s.first_call_s == 0.5
+    assert s.throughput_samples_per_s == pytest.approx(32 / np.median(a))
+
+
+def test_first_call_is_recorded_apart_from_the_samples():
+    clock = FakeClock()
+    fn = op(clock, [2.0] + [0.01] * 10_000)
+    m = measure(fn, noop_sync, budget(warmup_s=0.05, min_samples=5, min_block_s=0.0), clock)
+    assert m.first_call_s == pytest.approx(2.0)
+    assert max(m.samples_s) == pytest.approx(0.01)
+
+
+def test_constant_op_stops_on_ci_at_min_samples():
+    clock = FakeClock()
+    fn = op(clock, [0.001] * 100_000)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0, min_time_s=0.0), clock)
+    assert m.stop_reason == "ci" and len(m.samples_s) == 8
+
+
+def test_noisy_op_stops_on_time_budget():
+    clock = FakeClock()
+    rng = np.random.default_rng(0)
+    fn = op(clock, rng.uniform(0.001, 0.1, 100_000))  # far too noisy for a ±1% CI
+    b = budget(warmup_s=0.01, min_samples=5, max_time_s=2.0, target_rel_ci=0.01, min_block_s=0.0)
+    m = measure(fn, noop_sync, b, clock)
+    assert m.stop_reason == "time"
+    assert 2.0 <= sum(m.samples_s) <= 2.0 + 0.1  # stopped at the first sample past the budget
+
+
+def test_noisy_op_narrows_until_ci_target_is_met():
+    clock = FakeClock()
+    rng = np.random.default_rng(1)
+    fn = op(clock, rng.normal(0.01, 0.001, 100_000))
+    b = budget(warmup_s=0.01, min_samples=5, max_time_s=100.0, target_rel_ci=0.02, min_block_s=0.0, min_time_s=0.0)
+    m = measure(fn, noop_sync, b, clock)
+    assert m.stop_reason == "ci"
+    s = summarize([m], 1)
+    assert (s.ci95_high_s - s.ci95_low_s) / 2 <= 0.02 * s.median_s
+    # ±10% spread needs well over a handful of samples to pin the median to ±2%
+    assert len(m.samples_s) > 20
+
+
+def test_max_samples_caps_sampling():
+    clock = FakeClock()
+    rng = np.random.default_rng(2)
+    fn = op(clock, rng.uniform(0.001, 0.1, 100_000))
+    b = budget(warmup_s=0.01, min_samples=5, max_samples=30, max_time_s=1e9, target_rel_ci=0.001, min_block_s=0.0)
+    assert len(measure(fn, noop_sync, b, clock).samples_s) == 30
+
+
+def test_short_calls_are_timed_in_blocks():
+    clock = FakeClock()
+    fn = op(clock, [0.0001] * 1_000_000)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.002), clock)
+    assert m.block == 20
+    assert np.allclose(m.samples_s, 0.0001)  # per-call time, not per-block
+
+
+def test_sync_work_is_inside_the_timed_region():
+    """An async op returns at once; its sync does the work. The harness must time that work."""
+    clock = FakeClock()
+    pending = []
+
+    def fn():
+        pending.append(0.003)  # enqueue work, return a handle immediately
+        return len(pending)
+
+    def sync(handle):
+        while pending:
+            clock.t += pending.pop()
+
+    m = measure(fn, sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock)
+    assert np.median(m.samples_s) == pytest.approx(0.003)
+    assert m.first_call_s == pytest.approx(0.003)
+
+
+def test_inspect_sees_the_first_output_outside_the_timing():
+    clock = FakeClock()
+    calls = iter(range(1_000_000))
+
+    def fn():
+        clock.t += 0.001
+        return next(calls)
+
+    seen = []
+
+    def inspect(out):
+        seen.append(out)
+        clock.t += 5.0  # a slow check must not count as the first call or as a sample
+
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
+    assert seen == [0]
+    assert m.first_call_s == pytest.approx(0.001) and max(m.samples_s) == pytest.approx(0.001)
+
+
+def test_warmup_takes_at_least_warmup_calls():
+    """A slow op still gets several warm-up calls: its first few calls after the first are often slow too."""
+    clock = FakeClock()
+    durations = [1.0, 0.5, 0.3, 0.2, 0.1] + [0.1] * 10_000  # settles after a few calls
+    m = measure(op(clock, durations), noop_sync, budget(warmup_s=0.01, warmup_calls=4, min_samples=5,
+                                                         min_block_s=0.0), clock)
+    assert max(m.samples_s) == pytest.approx(0.1)
+
+
+def test_sampling_lasts_at_least_min_time_even_when_the_ci_is_met():
+    """One short window misses drift between windows: a steady op is still sampled for min_time_s."""
+    clock = FakeClock()
+    fn = op(clock, [0.001] * 100_000)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=8, min_block_s=0.0, min_time_s=0.5), clock)
+    assert m.stop_reason == "ci" and 0.5 <= sum(m.samples_s) < 0.5 + 0.002
+    assert len(m.samples_s) >= 500
+
+
+def test_meter_change_covers_the_sampling_only():
+    """The meter is read right before the first sample and right after the last (page faults, CPU time)."""
+    clock = FakeClock()
+    fn = op(clock, [1.0] + [0.01] * 10_000)  # a slow first call: outside the metered window
+    m = measure(fn, noop_sync, budget(warmup_s=0.05, min_samples=5, min_block_s=0.0, min_time_s=0.0), clock,
+                meter=lambda: {"t": clock.t})
+    assert m.meter["t"] == pytest.approx(sum(m.samples_s) * m.block)
+    assert m.calls == len(m.samples_s) * m.block
+
+
+def test_several_processes_widen_the_ci_with_their_drift():
+    """One process: the CI of its median. Three at different levels: the median of medians, and a CI that
+    spans the drift between them (the two-level bootstrap), not the tight within-process one."""
+    rng = np.random.default_rng(0)
+    procs = [Measurement(list(level * rng.lognormal(0, 0.01, 200)), 1, 0.1, "ci") for level in (1.0, 1.2, 1.5)]
+    one = summarize(procs[:1], 1)
+    many = summarize(procs, 1)
+    assert one.ci95_high_s - one.ci95_low_s < 0.01
+    assert many.median_s == pytest.approx(np.median([np.median(p.samples_s) for p in procs]))
+    assert many.ci95_low_s < 1.05 and many.ci95_high_s > 1.4
+    assert many.n_samples == 600

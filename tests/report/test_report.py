@@ -1,0 +1,83 @@
+"""Report data on synthetic runs: one line per variant at the right batch sizes, speedups, tables."""
+import pandas as pd
+import pytest
+
+from experiments.common.protocol import STATS
+from experiments.report import pages, tables
+from experiments.store.select import filter_string
+
+
+def fake_runs():
+    """Rows shaped like mlflow.search_runs output: torch eager and jax jit, LeNet inference and training."""
+    rows = []
+    for fw, mode, scale in (("torch", "torch-eager", 1.0), ("jax", "jax-jit", 0.5)):
+        for bs in (2, 8, 32, 128):
+            row = {"run_id": f"{mode}-{bs}", "tags.mlflow.runName": f"lenet · {mode} · fp32 · bs{bs}",
+                   "params.framework": fw, "params.mode": mode, "params.model": "lenet", "params.precision": "fp32",
+                   "params.batch_size": str(bs), "params.device": "cpu", "tags.outcome": "ok",
+                   "tags.mlflow.parentRunId": "p", "start_time": pd.Timestamp("2026-01-01")}
+            for op, factor in (("inference", 1e-4), ("training", 5e-4)):
+                if op == "training" and bs < 32:
+                    continue
+                med = factor * bs * scale
+                row |= {f"metrics.{op}_{s}": med for s in STATS}
+                row |= {f"metrics.{op}_p25_s": med * 0.9, f"metrics.{op}_p75_s": med * 1.1,
+                        f"metrics.{op}_throughput_samples_per_s": bs / med}
+            rows.append(row)
+    rows.append({"run_id": "parent", "tags.mlflow.runName": "sweep", "tags.nnbench.sweep": "true"})
+    return pd.DataFrame(rows)
+
+
+def test_tidy_has_one_row_per_measured_op_and_drops_the_parent():
+    t = tables.tidy(fake_runs())
+    assert len(t) == 2 * (4 + 2)
+    assert set(t["variant"]) == {"torch-eager fp32", "jax-jit fp32"} and "parent" not in set(t["run_id"])
+
+
+def test_time_series_has_one_line_per_variant_at_the_seed_batch_sizes():
+    t = tables.tidy(fake_runs())
+    inf = tables.series(t, "lenet", "inference")
+    assert sorted(inf) == ["jax-jit fp32", "torch-eager fp32"]
+    for d in inf.values():
+        assert list(d["batch_size"]) == [2, 8, 32, 128]
+        assert (d["lo"] <= d["y"]).all() and (d["y"] <= d["hi"]).all()
+    train = tables.series(t, "lenet", "training")
+    assert all(list(d["batch_size"]) == [32, 128] for d in train.values())
+    assert list(train["torch-eager fp32"]["y"]) == pytest.approx([5e-4 * 32, 5e-4 * 128])
+
+
+def test_throughput_series_is_batch_over_time():
+    t = tables.tidy(fake_runs())
+    d = tables.series(t, "lenet", "inference", y="throughput_samples_per_s")["jax-jit fp32"]
+    assert list(d["y"]) == pytest.approx([bs / (1e-4 * bs * 0.5) for bs in (2, 8, 32, 128)])
+    assert (d["lo"] <= d["y"]).all() and (d["y"] <= d["hi"]).all()
+
+
+def test_speedups_against_the_baseline():
+    s = tables.speedups(tables.tidy(fake_runs()), "torch-eager fp32")
+    assert set(s[s["variant"] == "jax-jit fp32"]["speedup"].round(6)) == {2.0}
+    assert set(s[s["variant"] == "torch-eager fp32"]["speedup"]) == {1.0}
+
+
+def test_write_makes_every_file(tmp_path):
+    files = pages.write(tables.tidy(fake_runs()), tmp_path)
+    assert {"report.md", "report.html", "summary.csv", "speedup.png", "time_lenet_inference.png",
+            "time_lenet_training.png", "throughput_lenet_inference.png"} <= set(files)
+    assert "data:image/png;base64," in (tmp_path / "report.html").read_text()
+    csv = pd.read_csv(tmp_path / "summary.csv")
+    assert len(csv) == 12 and csv["speedup_vs_torch-eager_fp32"].max() == pytest.approx(2.0)
+
+
+def test_missing_baseline_leaves_out_the_speedup_chart(tmp_path):
+    files = pages.write(tables.tidy(fake_runs()), tmp_path, baseline="torch-compile bf16")
+    assert "speedup.png" not in files and "baseline torch-compile bf16 is not in this selection" in (
+        tmp_path / "report.md").read_text()
+
+
+def test_filter_string_maps_params_and_tags():
+    assert filter_string(["model=lenet", "torch_version=2.13.0"], None, None) == (
+        "params.model = 'lenet' and tags.torch_version = '2.13.0'")
+    assert filter_string([], "metrics.inference_median_s < 0.01", "abc") == (
+        "tags.mlflow.parentRunId = 'abc' and metrics.inference_median_s < 0.01")
+    with pytest.raises(ValueError, match="not key=value"):
+        filter_string(["lenet"], None, None)

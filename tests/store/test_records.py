@@ -1,0 +1,116 @@
+"""What one point turns into for MLflow: names, params, metrics, tags, status; no framework needed."""
+import json
+from dataclasses import replace
+
+import pytest
+
+import models
+from experiments.common.job import Job
+from experiments.common.protocol import STATS, OpResult, Point, PointResult
+from experiments.store import records
+from tests.helpers import ok_op
+
+CFG = {"framework": {"name": "torch", "compile": True}, "model": {"name": "lenet"},
+       "precision": {"name": "fp32", "tf32": False}, "batch_size": None, "ops": ["inference", "training"],
+       "device": "auto", "seed": 0, "bench": {"max_time_s": 5.0}}
+ENV = {"torch_version": "2.13.0+cpu", "python_version": "3.11.7", "device_name": "cpu", "cpu_model": "X"}
+POINT = Point(32, ("inference", "training"))
+JOB = Job(CFG, models.load("lenet"), (POINT,))
+
+
+def ok_result(ops: dict[str, OpResult]) -> PointResult:
+    return PointResult(32, "cpu", ENV, ops)
+
+
+def test_measured_point():
+    r = ok_result({"inference": ok_op(0.002, 32, [0.002] * 40), "training": OpResult("skipped", reason="no")})
+    rec = records.build(JOB, POINT, [r])
+    assert rec.run_name == "lenet · torch-compile · fp32 · bs32"
+    assert rec.outcome == "ok" and rec.status == "FINISHED"
+    assert rec.metrics["inference_median_s"] == 0.002 and rec.metrics["inference_n_samples"] == 40
+    assert {f"inference_{s}" for s in STATS} <= set(rec.metrics)
+    assert rec.metrics["inference_calls_per_block"] == 1
+    assert not any(k.startswith("training_") for k in rec.metrics)
+    assert rec.tags["skip_reason_training"] == "no"
+    assert tuple(rec.params)[:len(records.PARAMS)] == records.PARAMS
+    assert rec.params["batch_size"] == "32" and rec.params["config.batch_size"] == "None"
+    assert rec.params["device"] == "cpu" and rec.params["device_requested"] == "auto"
+    assert rec.params["config.ops"] == '["inference", "training"]' and rec.params["param_count"] == "44426"
+    assert rec.tags["torch_version"] == "2.13.0+cpu" and len(rec.tags["env_fingerprint"]) == 16
+    assert rec.samples["inference"]["block"] == 1 and rec.samples["inference"]["samples_s"] == [0.002] * 40
+
+
+def test_all_ops_skipped_is_a_skipped_run():
+    rec = records.build(JOB, Point(32, ("inference",)),
+                        [ok_result({"inference": OpResult("skipped", reason="fp16 unsupported here")})])
+    assert rec.outcome == "skipped" and rec.status == "KILLED" and not rec.samples
+
+
+def test_failed_point_keeps_reason_and_output():
+    r = PointResult(8, failure="worker killed by SIGSEGV", stderr_tail="x" * 10_000)
+    rec = records.build(JOB, Point(8, ("inference",)), [r])
+    assert rec.status == "FAILED" and rec.tags["outcome"] == "failed"
+    assert len(rec.tags["failure_reason"]) == records.REASON_CHARS
+    assert rec.stderr == "x" * 10_000
+
+
+def test_save_and_load_round_trip(tmp_path):
+    for i, r in enumerate((ok_result({"inference": ok_op(0.003, 32), "training": OpResult("skipped", reason="r")}),
+                           PointResult(32, failure="worker killed by SIGKILL", stderr_tail="tail"))):
+        rec = records.build(JOB, POINT, [r])
+        rec.save(tmp_path / str(i))
+        assert records.Record.load(tmp_path / str(i)) == rec
+    saved = json.loads((tmp_path / "1" / "environment.json").read_text())
+    assert saved == rec.tags
+
+
+def test_worker_protocol_round_trip():
+    r = ok_result({"inference": ok_op(0.003, 32), "training": OpResult("skipped", reason="r")})
+    assert PointResult.from_json(r.to_json()) == r
+
+
+def test_fingerprint_ignores_run_specific_facts_but_not_versions():
+    from experiments.measure.environment import fingerprint
+    a = fingerprint({**ENV, "host": "a"})
+    assert a == fingerprint({**ENV, "host": "b"})
+    assert a != fingerprint({**ENV, "torch_version": "2.14.0"})
+
+
+def test_processes_fold_into_one_run_with_derived_metrics():
+    """Three processes of one point: one record, the median of their medians, every sample kept per process,
+    FLOP rates and MFU from the combined median and the calibrated peak, and the noisiest process flags it."""
+    results = []
+    for median, busy in ((0.002, 0.0), (0.003, 0.5), (0.004, 0.1)):
+        op = ok_op(median, 32)
+        results.append(PointResult(32, "cpu", ENV | {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off"},
+                                   {"inference": replace(op, flops=2 * 10**9, background_cores=busy,
+                                                         peak_mem_bytes=int(median * 1e9))}, peak_tflops=2.0))
+    rec = records.build(JOB, Point(32, ("inference",)), results)
+    m = rec.metrics
+    assert m["inference_median_s"] == 0.003 and m["inference_n_samples"] == 18
+    assert m["inference_achieved_tflops"] == pytest.approx(2e9 / 0.003 / 1e12)
+    assert m["inference_mfu"] == pytest.approx(m["inference_achieved_tflops"] / 2.0)
+    assert m["inference_mfu_vendor"] == pytest.approx(m["inference_achieved_tflops"] / 989)
+    assert m["peak_tflops"] == 2.0 and m["inference_peak_mem_bytes"] == 4_000_000  # the largest process's
+    assert m["inference_background_cores"] == 0.5 and rec.tags["noisy"] == "true"
+    assert [len(p["samples_s"]) for p in rec.samples["inference"]["processes"]] == [6, 6, 6]
+    assert rec.params["memory_format"] == "n/a" and rec.params["mode"] == "torch-compile"
+
+
+def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
+    ok = ok_result({"inference": ok_op(0.002, 32), "training": OpResult("skipped", reason="r")})
+    crashed = PointResult(32, failure="worker killed by SIGSEGV", stderr_tail="segfault here")
+    rec = records.build(JOB, POINT, [ok, crashed, ok])
+    assert rec.outcome == "failed" and not rec.metrics
+    assert rec.tags["failure_reason"].startswith("worker killed by SIGSEGV (process 2 of 3)")
+    assert len(rec.samples["inference"]["processes"]) == 2 and rec.stderr == "segfault here"
+
+
+def test_mode_names_the_variant_measured():
+    assert Job({"framework": {"name": "jax", "compile": True, "memory_format": "nhwc"}}, None, ()).mode == "jax-jit"
+    assert Job({"framework": {"name": "torch", "compile": False, "memory_format": "channels_last"}}, None, ()).mode == (
+        "torch-eager-cl")
+    assert Job({"framework": {"name": "torch", "compile": True, "compile_mode": "reduce-overhead",
+                "memory_format": "contiguous"}}, None, ()).mode == "torch-compile-cg"
+    lux = {"framework": {"name": "external", "compile": False}, "external": {"name": "Lux"}}
+    assert Job(lux, None, ()).mode == "Lux"

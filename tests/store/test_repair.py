@@ -1,0 +1,98 @@
+"""What a failing store leaves behind is repaired, never duplicated: half-logged runs are completed by upload,
+runs a dead sweep left RUNNING are closed by the next sweep, and a sweep dir belongs to one sweep."""
+import pytest
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from experiments import cli
+from experiments.store import repair, tracking
+from experiments.sweep import ending, points, preflight
+from experiments.store.records import Record
+from experiments.store.sweepdir import MARKER, Sweep, SweepState, SweepTaken
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/store.db"
+    return uri, tracking.open_store(uri, "nnbench")
+
+
+def point_runs(uri: str, exp: str):
+    return [r for r in MlflowClient(uri).search_runs([exp], run_view_type=ViewType.ALL) if "nnbench.sweep" not in
+            r.data.tags]
+
+
+def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, store, fake_python, monkeypatch,
+                                                                    make_cfg):
+    monkeypatch.setenv("FAKE_FAULT", "none")
+    uri, exp = store
+    cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
+    points.run_job(preflight.check(preflight.as_dict(cfg)), tmp_path / "sweep" / "0")
+    parent = tracking.start_parent(uri, exp, "sweep", {})
+    sweep = Sweep(tmp_path / "sweep")
+    sweep.write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="incomplete"))
+    d = sweep.point_dirs()
+    client = MlflowClient(uri)
+
+    def created(directory):  # what a store failure right after create_run leaves: a RUNNING run, nothing in it
+        return client.create_run(exp, tags={tracking.POINT_DIR: str(directory.resolve())}).info.run_id
+
+    half = created(d[0])
+    (d[0] / MARKER).write_text(half)  # the marker was written, the store failed before the run was filled
+    orphan = created(d[1])  # the store failed even before the marker could be written
+    tracking.log_record(uri, exp, Record.load(d[2]), d[2], parent, on_created=(d[2] / MARKER).write_text)
+
+    assert cli.main(["upload", str(tmp_path / "sweep")]) == 0
+    runs = point_runs(uri, exp)
+    assert len(runs) == 4 and all(tracking.is_complete(r) for r in runs)
+    assert {(p / MARKER).read_text() for p in d} == {r.info.run_id for r in runs}
+    assert (d[0] / MARKER).read_text() == half and (d[1] / MARKER).read_text() == orphan  # completed, not replaced
+    assert all(r.data.tags["mlflow.parentRunId"] == parent and r.data.metrics["inference_median_s"] == 0.001
+               for r in runs)
+    assert client.get_run(parent).info.status == "FINISHED"
+    assert cli.main(["upload", str(tmp_path / "sweep")]) == 0
+    assert len(point_runs(uri, exp)) == 4
+
+
+def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(tmp_path, store, caplog):
+    uri, exp = store
+    client = MlflowClient(uri)
+    left: dict[str, tuple[str, str]] = {}
+    for name, ended in (("dead", "interrupted"), ("alive", None)):
+        sweep = Sweep(tmp_path / name)
+        parent = tracking.start_parent(uri, exp, name, {"sweep_dir": str(sweep.directory)})
+        state = SweepState(uri, exp, parent, 1, 1, 0.0, ended=ended)
+        if ended is None:
+            sweep.start(state)  # this process holds its lock, as a running sweep's does
+        else:
+            sweep.directory.mkdir()
+            sweep.write(state)
+        point = client.create_run(exp, tags={tracking.POINT_DIR: str(sweep.directory / "0" / "points" / "p"),
+                                             "mlflow.parentRunId": parent}).info.run_id
+        left[name] = parent, point
+    repair.close_stale(uri, exp)
+    parent, point = left["dead"]
+    assert client.get_run(parent).info.status == "KILLED"
+    assert client.get_run(point).info.status == "FAILED" and tracking.INCOMPLETE in client.get_run(point).data.tags
+    assert all(client.get_run(r).info.status == "RUNNING" for r in left["alive"])  # its process holds the lock
+    assert f"closed 2 run(s) that a failed store left RUNNING in {tmp_path / 'dead'}" in caplog.text
+
+
+def test_a_sweep_dir_belongs_to_one_sweep(tmp_path):
+    state = SweepState("sqlite:///x.db", "1", None, 1, 1, 0.0)
+    Sweep(tmp_path / "s").start(state)
+    assert Sweep(tmp_path / "s").running()
+    with pytest.raises(SweepTaken, match="already holds another sweep"):
+        Sweep(tmp_path / "s").start(state)
+    (tmp_path / "old").mkdir()
+    Sweep(tmp_path / "old").write(state)  # a sweep that ended long ago
+    assert not Sweep(tmp_path / "old").running()
+    with pytest.raises(SweepTaken):
+        Sweep(tmp_path / "old").start(state)
+
+
+def test_the_last_line_counts_every_outcome():
+    o = ending.Outcome(ending.Counter(ok=5, skipped=1, failed=1, interrupted=1), planned=10)
+    assert o.line() == "5 finished, 1 skipped, 1 failed, 1 interrupted, 2 lost"
+    assert o.line(missing_as="not measured").endswith("2 not measured")
+    assert ending.Outcome(ending.Counter(ok=2), planned=2).line() == "2 finished, 0 skipped, 0 failed"

@@ -1,0 +1,117 @@
+"""Sweeps on a real single-node SLURM cluster (through Hydra's submitit launcher) and into a shared MLflow
+tracking server on PostgreSQL, both brought up by the scripts in tests/cluster/ (as .ci/run does, as root).
+
+Where they can't run (not root, no Debian packages) these tests skip, unless NNBENCH_REQUIRE_CLUSTER=1 (CI sets
+it), which makes a missing cluster a failure rather than a skip.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+import pytest
+
+from experiments.common.config import README_SWEEP as SWEEP
+from tests.helpers import ROOT, run, runs, unavailable
+
+CLUSTER = ROOT / "tests" / "cluster"
+README_SWEEP = [*SWEEP, "bench=quick"]
+POINT = ["params.framework", "params.mode", "params.model", "params.precision", "params.batch_size",
+         "params.device", "status"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A real `mlflow server` on PostgreSQL on 127.0.0.1, from tests/cluster/tracking.sh, in a state dir of its own
+    (under /tmp: the postgres user must reach it, and pytest's own temporary dirs are root's alone)."""
+    state = tempfile.mkdtemp(prefix="nnbench-tracking-")
+    env = {**os.environ, "PYTHON": sys.executable, "NNBENCH_TRACKING_DIR": str(state)}
+    r = subprocess.run(["bash", str(CLUSTER / "tracking.sh"), "up"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode:
+        unavailable("PostgreSQL tracking server", f"tracking.sh up failed: {r.stderr.strip().splitlines()[-1:]}")
+    uri = r.stdout.strip().splitlines()[-1]
+    assert uri.startswith("http://127.0.0.1:")
+    yield uri
+    subprocess.run(["bash", str(CLUSTER / "tracking.sh"), "down"], env=env, capture_output=True, timeout=120)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """The README sweep with the basic launcher: what a cluster sweep must match."""
+    cwd = tmp_path_factory.mktemp("local")
+    r = run(["-m", *README_SWEEP], cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return runs(f"sqlite:///{cwd}/mlruns/mlflow.db")
+
+
+def same_points(a, b) -> bool:
+    key = sorted(map(tuple, a[POINT].astype(str).values))
+    return key == sorted(map(tuple, b[POINT].astype(str).values))
+
+
+def test_readme_sweep_through_slurm(slurm, local_sweep, tmp_path):
+    r = run(["-m", "hydra/launcher=slurm", *README_SWEEP], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    df, (parent,) = runs(uri), runs(uri, parents=True).itertuples()
+    assert same_points(df, local_sweep)  # the same runs as a local sweep
+    assert df["tags.slurm_job_id"].notna().all() and df["tags.slurm_job_id"].nunique() == 2  # one job each
+    assert (df["tags.mlflow.parentRunId"] == parent.run_id).all() and parent.status == "FINISHED"
+    accounted = subprocess.run(["sacct", "-n", "-X", "-o", "JobID", "-j", ",".join(df["tags.slurm_job_id"].unique())],
+                               capture_output=True, text=True).stdout.split()
+    assert len(accounted) == 2  # both went through sbatch, and SLURM knows them
+
+
+def test_readme_sweep_with_submitit_local(local_sweep, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    r = run(["-m", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1", *README_SWEEP], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert same_points(runs(uri), local_sweep)
+    assert set(runs(uri, parents=True)["status"]) == {"FINISHED"}
+
+
+def test_sweep_into_the_shared_server(server, local_sweep, tmp_path):
+    r = run(["-m", *README_SWEEP], tmp_path, MLFLOW_TRACKING_URI=server)
+    assert r.returncode == 0, r.stderr[-3000:]
+    parent = r.stdout.split("runs under parent ")[1].split()[0]
+    df = runs(server)
+    mine = df[df["tags.mlflow.parentRunId"] == parent]
+    assert same_points(mine, local_sweep)
+    link = [line for line in r.stdout.splitlines() if line.startswith("runs table")][-1]
+    assert f"{server}/#/experiments/" in link and "runs?workflowType=machine_learning" in link  # the server's own
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+def test_two_sweeps_at_once_into_the_server(server, tmp_path):
+    """4 jobs in two concurrent sweeps (joblib launcher), one server: every run there, none left RUNNING."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    results = {}
+
+    def sweep(name, fw):
+        (tmp_path / name).mkdir()
+        results[name] = run(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", f"framework={fw}",
+                             "model=mlp_relu", "batch_size=8,32", "ops=[inference]", "bench=quick"], tmp_path / name,
+                            MLFLOW_TRACKING_URI=server)
+
+    threads = [threading.Thread(target=sweep, args=(n, fw)) for n, fw in (("a", "jax"), ("b", "torch"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    parents = {}
+    for name, r in results.items():
+        assert r.returncode == 0, r.stderr[-3000:]
+        parents[name] = r.stdout.split("runs under parent ")[1].split()[0]
+    df = runs(server)
+    for name, fw in (("a", "jax"), ("b", "torch")):
+        mine = df[df["tags.mlflow.parentRunId"] == parents[name]]
+        assert len(mine) == 2 and set(mine["params.framework"]) == {fw} and set(mine["status"]) == {"FINISHED"}
+    every = runs(server, parents=True)
+    assert "RUNNING" not in set(df["status"]) | set(every["status"])

@@ -1,0 +1,139 @@
+"""Config composition of every option, and the errors for misspellings and bad values."""
+import pytest
+from hydra.errors import ConfigCompositionException, HydraException
+from omegaconf.errors import ValidationError
+
+import models
+from experiments.common.errors import BadInput
+from experiments.sweep import hydra_errors, preflight
+from experiments.common.config import Precision, frameworks
+from experiments.common.protocol import Point
+from tests.helpers import ROOT
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+GROUPS = {
+    "framework": frameworks(),
+    "model": models.available(),
+    "precision": [p.value for p in Precision],
+    "bench": ["default", "quick", "thorough"],
+}
+
+
+@pytest.mark.parametrize("group", ["framework", "model", "precision"])
+def test_each_option_has_a_yaml_and_each_yaml_an_option(group):
+    assert options(group) == sorted(GROUPS[group])
+
+
+@pytest.mark.parametrize("preset,frameworks_,model,ops", [
+    ("seed000", "jax,torch", "mlp_relu,mlp_gelu,mlp_batchnorm,lenet,resnet", ["inference", "training"]),
+    ("seed004", "jax,torch", None, ["inference", "grad"]),
+])
+def test_presets_compose(make_cfg, preset, frameworks_, model, ops):
+    cfg = make_cfg(f"experiment={preset}", hydra=True)
+    c = preflight.as_dict(cfg)
+    assert c["ops"] == ops
+    params = cfg.hydra.sweeper.params
+    assert params["framework"] == frameworks_
+    if model:
+        assert params["model"] == model
+    else:
+        assert c["model"]["name"] == "matmul_chain" and c["precision"]["name"] == "bf16"
+        assert params["framework.compile"] == "true,false"
+        assert c["model"]["n"] in (1000, 10000) and c["report"]["baseline"] == "torch-eager bf16"
+    preflight.check(c)
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
+def test_every_option_composes(make_cfg, group, option):
+    runner = ["external.name=Reference", "external.command='python runners/reference_runner.py --model {model}'"]
+    c = preflight.as_dict(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
+    if group != "bench":
+        assert c[group]["name"] == option
+    preflight.check(c)
+
+
+def test_defaults_follow_each_frameworks_idiom(make_cfg):
+    assert make_cfg("framework=jax").framework.compile is True
+    assert make_cfg("framework=torch").framework.compile is False
+    c = preflight.as_dict(make_cfg())
+    assert c["ops"] == ["inference", "training"] and c["device"] == "auto" and c["batch_size"] is None
+    assert c["precision"] == {"name": "fp32", "tf32": False}
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_device_options(make_cfg, device):
+    assert preflight.as_dict(make_cfg(f"device={device}"))["device"] == device
+
+
+@pytest.mark.parametrize("override", ["model=lenett", "framework=flax", "precision=fp8", "bench=fast"])
+def test_misspelled_option_fails(make_cfg, override):
+    with pytest.raises(HydraException, match="Could not find|not found"):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override", ["bench.max_tme=1", "framework.compiled=true", "batchsize=4"])
+def test_misspelled_key_fails(make_cfg, override):
+    with pytest.raises(ConfigCompositionException):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override", ["device=gpuu", "ops=[inference,train]", "batch_size=big"])
+def test_bad_value_fails(make_cfg, override):
+    with pytest.raises((ConfigCompositionException, ValidationError)):
+        make_cfg(override)
+
+
+@pytest.mark.parametrize("override,line", [
+    ("model=lenett", "unknown model 'lenett' (did you mean lenet? choose lenet, matmul_chain"),
+    ("batchsize=4", "unknown key 'batchsize': did you mean batch_size?"),
+    ("device=gpuu", "device must be one of auto, cpu, gpu (got 'gpuu')"),
+    ("ops=[inference,train]", "ops holds unknown op (got 'train')"),
+    ("bench.max_tme=1", "unknown key 'bench.max_tme': did you mean bench.max_time_s?"),
+    ("experiment=seed0004", "unknown experiment 'seed0004' (did you mean seed004"),
+])
+def test_composition_errors_read_as_one_line(make_cfg, override, line):
+    with pytest.raises(Exception) as e:
+        make_cfg(override)
+    explained = hydra_errors.explain(e.value)
+    assert line in explained and "\n" not in explained
+
+
+@pytest.mark.parametrize("override,match", [
+    ("batch_size=0", "batch_size must be a positive integer"),
+    ("batch_size=-3", "batch_size=32"),
+    ("ops=[]", "ops is empty"),
+    ("runtime.python=/nonexistent/python", "not an executable interpreter"),
+    ("runtime.python=/tmp", "not an executable interpreter"),
+    ("bench.timeout_s=0", "bench.timeout_s must be positive"),
+    ("seed=-1", "seed must be in"),
+    ("report.baseline='torch-eager fp8'", "report.baseline must be '<mode> <precision>'"),
+])
+def test_check_names_the_fix(make_cfg, override, match):
+    with pytest.raises(BadInput, match=match):
+        preflight.check(preflight.as_dict(make_cfg(override)))
+
+
+def test_matmul_chain_keys_are_checked(make_cfg):
+    with pytest.raises(BadInput):
+        preflight.check(preflight.as_dict(make_cfg("model=matmul_chain", "+model.widht=3")))
+
+
+def test_plan_uses_the_seed_lists(make_cfg):
+    c = preflight.as_dict(make_cfg("model=lenet"))
+    points = preflight.plan(c, preflight.model_spec(c))
+    assert [(p.batch_size, p.ops) for p in points] == [
+        (2, ("inference",)), (8, ("inference",)), (32, ("inference", "training")), (128, ("inference", "training"))]
+
+
+def test_plan_single_batch_size_runs_every_op(make_cfg):
+    c = preflight.as_dict(make_cfg("model=lenet", "batch_size=4", "ops=[inference,grad]"))
+    assert preflight.plan(c, preflight.model_spec(c)) == (Point(4, ("inference", "grad")),)
+
+
+def test_plan_matmul_chain_batch_is_m_and_keeps_unsupported_ops(make_cfg):
+    c = preflight.as_dict(make_cfg("model=matmul_chain", "model.m=64"))
+    assert preflight.plan(c, preflight.model_spec(c)) == (Point(64, ("inference", "training")),)

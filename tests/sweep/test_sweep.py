@@ -1,0 +1,249 @@
+"""The README command end to end, in subprocesses, into real MLflow stores (sqlite, and a local server)."""
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.common.protocol import STATS
+from tests.helpers import ROOT, free_port, nnbench, run, runs, serve
+
+
+@pytest.fixture(scope="module")
+def readme_sweep(tmp_path_factory):
+    """The README sweep with bench=quick, run once in a fresh directory: (cwd, store uri, completed process)."""
+    cwd = tmp_path_factory.mktemp("readme")
+    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick"], cwd=cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return cwd, f"sqlite:///{cwd}/mlruns/mlflow.db", r
+
+
+@pytest.mark.slow
+def test_readme_sweep_quick(readme_sweep):
+    cwd, uri, _ = readme_sweep
+    df = runs(uri)
+    assert len(df) == 8 and set(df["status"]) == {"FINISHED"}
+    for fw in ("jax", "torch"):
+        sub = df[df["params.framework"] == fw]
+        assert sorted(sub["params.batch_size"].astype(int)) == [2, 8, 32, 128]
+        assert set(sub["params.device"]) == {"cpu"} and set(sub["params.precision"]) == {"fp32"}
+        version = sub[f"tags.{fw}_version"]
+        assert version.notna().all() and (version != "").all()
+        trained = sub[sub["params.batch_size"].astype(int) >= 32]
+        for op, rows in (("inference", sub), ("training", trained)):
+            for stat in STATS:
+                assert rows[f"metrics.{op}_{stat}"].notna().all(), (fw, op, stat)
+            assert (rows[f"metrics.{op}_ci95_low_s"] <= rows[f"metrics.{op}_median_s"]).all()
+            assert (rows[f"metrics.{op}_median_s"] <= rows[f"metrics.{op}_ci95_high_s"]).all()
+        assert sub[sub["params.batch_size"].astype(int) < 32]["metrics.training_median_s"].isna().all()
+    assert set(df["tags.mlflow.runName"]) >= {"lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"}
+    for tag in ("python_version", "numpy_version", "cpu_model", "cpu_count_logical", "host",
+                "nnbench_git_commit", "env_fingerprint", "device_name", "precision_policy"):
+        assert df[f"tags.{tag}"].notna().all(), tag
+    assert (df["params.param_count"] == "44426").all()
+    client = MlflowClient(uri)
+    names = {a.path for a in client.list_artifacts(df["run_id"].iloc[0])}
+    assert {"config.yaml", "samples.json", "environment.json", "samples.png"} <= names
+    # every result is on disk in the Hydra job dirs too
+    assert len(list(cwd.glob("multirun/*/*/*/points/*/record.json"))) == 8
+    assert {p.read_text() for p in cwd.glob("multirun/*/*/*/points/*/mlflow_run_id")} == set(df["run_id"])
+    # no secrets: the environment record is an allow-list
+    assert not any(c.startswith("tags.") and ("KEY" in c or "TOKEN" in c or "SECRET" in c) for c in df.columns)
+
+
+@pytest.mark.slow
+def test_sweep_has_one_parent_with_the_report(readme_sweep):
+    cwd, uri, proc = readme_sweep
+    (parent,) = runs(uri, parents=True).itertuples()
+    children = runs(uri)
+    assert (children["tags.mlflow.parentRunId"] == parent.run_id).all()
+    p = MlflowClient(uri).get_run(parent.run_id)
+    assert p.info.status == "FINISHED" and "framework=jax,torch model=lenet bench=quick" in p.info.run_name
+    assert p.data.params["job_count"] == "2" and p.data.params["point_count"] == "8"
+    assert Path(p.data.params["sweep_dir"]).is_dir()
+    arts = {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)}
+    assert {"time_lenet_inference.png", "time_lenet_training.png", "throughput_lenet_inference.png",
+            "speedup.png", "summary.csv", "report.md", "report.html"} <= arts
+    summary = pd.read_csv(MlflowClient(uri).download_artifacts(parent.run_id, "summary.csv", str(cwd)))
+    assert set(summary["run_id"]) == set(children["run_id"])
+    # progress: one line per point with done/total, and the runs-table link at the end
+    out = proc.stdout + proc.stderr
+    assert "[8/8, ETA 0:00]" in out and "[1/8, ETA" in out
+    assert "runs?workflowType=machine_learning" in out
+
+
+@pytest.mark.slow
+def test_compare_report_matches_the_store(readme_sweep, tmp_path):
+    cwd, uri, _ = readme_sweep
+    r = nnbench("compare", ["model=lenet", "--out", str(tmp_path / "rep")], cwd)
+    assert r.returncode == 0, r.stderr
+    assert "| lenet" in r.stdout and "torch-eager fp32" in r.stdout
+    got = pd.read_csv(tmp_path / "rep" / "summary.csv")
+    df = runs(uri).set_index("run_id")
+    assert len(got) == 12  # 2 frameworks × (4 inference + 2 training)
+    for row in got.itertuples():
+        assert row.median_s == df.loc[row.run_id, f"metrics.{row.op}_median_s"]
+        assert row.p75_s == df.loc[row.run_id, f"metrics.{row.op}_p75_s"]
+    assert {"report.md", "report.html", "speedup.png"} <= {p.name for p in (tmp_path / "rep").iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["model=nosuchmodel"], "no measured runs match params.model = 'nosuchmodel'"),
+    (["--filter", "params.model ==== 'x'"], "nnbench compare: error:"),
+    (["model=lenet", "--experiment", "nope"], "no experiment 'nope'"),
+])
+def test_compare_fails_clearly(readme_sweep, args, message):
+    cwd, _, _ = readme_sweep
+    r = nnbench("compare", args, cwd)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+@pytest.mark.slow
+def test_bad_input_writes_nothing(tmp_path):
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=32,-1", "bench=quick"], cwd=tmp_path)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("nnbench: error: batch_size must be a positive integer (got -1)")
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_gpu_without_gpu_is_a_clear_error(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    r = run(["framework=torch", "model=mlp_relu", "device=gpu", "bench=quick"], cwd=tmp_path)
+    assert r.returncode != 0
+    assert "sees no GPU" in r.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path, fake_python):
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick",
+             f"runtime.python={fake_python},null"], cwd=tmp_path, FAKE_FAULT="early")
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert sorted(df["status"]) == ["FAILED", "FINISHED"]
+    failed = df[df["status"] == "FAILED"].iloc[0]
+    assert failed["tags.failure_reason"].startswith("worker killed by SIGSEGV")
+
+
+@pytest.mark.slow
+def test_tracking_server_via_environment(tmp_path):
+    port = free_port()
+    server = serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        r = run(["framework=torch", "model=mlp_relu", "batch_size=4", "bench=quick"], cwd=tmp_path,
+                MLFLOW_TRACKING_URI=uri)
+        assert r.returncode == 0, r.stderr[-3000:]
+        df = runs(uri)
+        assert len(df) == 1 and df["status"].iloc[0] == "FINISHED"
+        assert {a.path for a in MlflowClient(uri).list_artifacts(df["run_id"].iloc[0])} >= {"samples.json"}
+        assert not (tmp_path / "mlruns" / "mlflow.db").exists()  # nothing went to the default store
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_mlflow_ui_shows_the_sweep(readme_sweep):
+    """Headless Chromium on `mlflow server` over the README sweep's store: runs table, children, parent plot."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    cwd, uri, _ = readme_sweep
+    (parent,) = runs(uri, parents=True).itertuples()
+    exp_id = parent.experiment_id
+    port = free_port()
+    server = serve(uri, port)
+    shots = ROOT / "test-artifacts"
+    shots.mkdir(exist_ok=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning")
+            page.get_by_text("sweep ", exact=False).first.wait_for(timeout=60_000)
+            page.locator("[role=row]", has_text="sweep ").locator("button").first.click()  # expand the children
+            for name in ("lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"):
+                page.get_by_text(name).wait_for(timeout=30_000)
+            page.screenshot(path=str(shots / "mlflow-ui-runs.png"))
+            page.goto(f"{base}/#/experiments/{exp_id}/runs/{parent.run_id}/artifacts/time_lenet_inference.png")
+            img = page.locator("img[src^='blob:']").first
+            img.wait_for(timeout=60_000)
+            page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle(),
+                                   timeout=30_000)
+            assert img.evaluate("el => el.naturalWidth") == 800  # the figure as report.plot_lines saves it
+            page.screenshot(path=str(shots / "mlflow-ui-parent-plot.png"))
+            browser.close()
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parent_structure_holds_with_other_launchers(tmp_path, fake_python, launcher):
+    """Jobs in other processes (loky workers, submitit jobs) find the sweep's parent through the sweep dir, whose
+    unique suffix is drawn once in the launching process and reaches every job through Hydra's resolver cache."""
+    pytest.importorskip(f"hydra_plugins.hydra_{launcher.split('_')[0]}_launcher")
+    extra = ["hydra.launcher.n_jobs=1"] if launcher == "joblib" else []
+    r = run(["-m", f"hydra/launcher={launcher}", *extra, "framework=jax,torch", "model=mlp_relu", "batch_size=8",
+             "ops=[inference]", "bench=quick", f"runtime.python={fake_python}"], cwd=tmp_path, FAKE_FAULT="none")
+    assert r.returncode == 0, r.stderr[-3000:]
+    if launcher == "joblib":
+        assert "Joblib.Parallel" in r.stdout + r.stderr
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.name.isdigit()) == ["0", "1"]
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    (parent,) = runs(uri, parents=True).itertuples()
+    children = runs(uri)
+    assert len(children) == 2 and (children["tags.mlflow.parentRunId"] == parent.run_id).all()
+    assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_mlp_relu_inference.png"}
+    assert r.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
+
+
+@pytest.mark.slow
+def test_unreachable_tracking_server_is_a_clear_error(tmp_path):
+    t0 = time.monotonic()
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick"], cwd=tmp_path,
+            MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}")
+    assert r.returncode != 0 and time.monotonic() - t0 < 60
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("nnbench: error: cannot open the MLflow store at http://127.0.0.1:")
+    assert "start the tracking server" in last
+    assert not list(tmp_path.glob("multirun/*/*/*/points"))  # nothing was measured
+
+
+@pytest.mark.slow
+def test_store_lost_mid_sweep_keeps_every_point_for_upload(tmp_path, fake_python):
+    """The store breaks after the sweep opened it: the jobs measure on, say how to recover, and upload logs all."""
+    store = tmp_path / "mlruns" / "mlflow.db"
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2,8", "bench=quick", f"runtime.python={fake_python}"],
+            cwd=tmp_path, FAKE_FAULT="none", FAKE_BREAK_STORE=str(store))
+    out = r.stdout + r.stderr
+    assert out.count("could not log") == 2 and "nnbench upload" in out
+    assert r.returncode == 1 and "could not finish the sweep's report" in r.stderr.strip().splitlines()[-1]
+    saved = list(tmp_path.glob("multirun/**/points/*/record.json"))
+    assert len(saved) == 2 and not list(tmp_path.glob("multirun/**/points/*/mlflow_run_id"))
+    uri = f"sqlite:///{tmp_path}/elsewhere.db"
+    up = nnbench("upload", [str(tmp_path / "multirun"), "--uri", uri], tmp_path)
+    assert up.returncode == 0, up.stderr
+    df = runs(uri)
+    assert sorted(df["params.batch_size"]) == ["2", "8"] and set(df["status"]) == {"FINISHED"}
+    assert set(df["metrics.inference_median_s"]) == {0.001}
