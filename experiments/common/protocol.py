@@ -65,6 +65,7 @@ class Stats:
     n_samples: int
     first_call_s: float
     throughput_samples_per_s: float
+    process_spread: float = 1.0  # the slowest process's median over the fastest one's
 
 
 STATS = tuple(f.name for f in fields(Stats))  # the per-op metric names: `<op>_<stat>`
@@ -175,8 +176,9 @@ class PointResult(Json):
 
     batch_size: int
     device: str = "n/a"
-    environment: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)  # allow-listed identity: versions, device, flags
     ops: dict[str, OpResult] = field(default_factory=dict)
     peak_tflops: float | None = None  # what a large matmul sustains here, this framework and precision
     failure: str | None = None  # a crash, an OOM kill, a timeout: the point failed
     stderr_tail: str = ""  # the worker's last output, kept with a failure
+    machine: dict[str, float] = field(default_factory=dict)  # numeric facts: core counts, memory, load average

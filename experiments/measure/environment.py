@@ -50,17 +50,22 @@ def host_record() -> dict[str, str]:
         "numpy_version": metadata.version("numpy"),
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
-        "cpu_count_logical": str(psutil.cpu_count(logical=True)),
-        "cpu_count_physical": str(psutil.cpu_count(logical=False)),
-        "cpu_affinity": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "",
-        "memory_total_bytes": str(psutil.virtual_memory().total),
         "host": socket.gethostname(),
-        "load_avg_1m": f"{os.getloadavg()[0]:.2f}",  # at the worker's start: a busy host explains noisy numbers
         "allocator": os.environ.get("NNBENCH_ALLOCATOR", "system"),  # runtime.allocator, as the harness set it
     }
     rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
     rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
     return rec
+
+
+def machine_record() -> dict[str, float]:
+    """The machine's numeric facts (metrics: the UI sorts and charts them), read when the worker starts."""
+    rec = {"cpu_count_logical": psutil.cpu_count(logical=True), "cpu_count_physical": psutil.cpu_count(logical=False),
+           "memory_total_bytes": psutil.virtual_memory().total,
+           "load_avg_1m": os.getloadavg()[0]}  # a busy host explains noisy numbers
+    if hasattr(os, "sched_getaffinity"):
+        rec["cpu_affinity"] = len(os.sched_getaffinity(0))  # the cores this process may run on
+    return {k: float(v) for k, v in rec.items() if v is not None}
 
 
 @functools.cache

@@ -73,17 +73,26 @@ def boot_medians(runs: Sequence[Sequence[float]], n_boot: int, rng: np.random.Ge
 def rerun_interval(runs: Sequence[Sequence[float]], confidence: float = 0.95) -> tuple[float, float]:
     """Where the median of medians of a re-run (as many fresh processes) lands, with `confidence`.
 
-    The two-level bootstrap's standard error of the median of medians, times Student's t for n−1 degrees of
-    freedom (a handful of processes estimate their spread poorly) and √2 (the re-run varies as much as this
-    run). The bootstrap's own percentile interval is a CI of the population's median, narrower still: at 3
-    processes it held another run's median 53% of the time here (CPU, processes 10-40% apart).
+    On the ratio scale: time is positive and spreads multiplicatively, so the interval is computed on log time
+    and is `median ÷ f` to `median × f`, never near zero. f = exp(t × √2 × SE): the two-level bootstrap's standard
+    error of the log median of medians, Student's t for n−1 degrees of freedom (a handful of processes estimate
+    their spread poorly) and √2 (the re-run varies as much as this run). The bootstrap's own percentile interval
+    is a CI of the population's median, narrower still: at 3 processes it held another run's median 53% of the
+    time here (CPU, processes 10-40% apart).
     """
     from scipy.stats import t  # scipy takes 0.3 s to import: only the parent merges processes
 
     med = median_of_medians(runs)
-    se = float(np.std(boot_medians(runs, 2000, np.random.default_rng(0)), ddof=1))
-    half = t.ppf(0.5 + confidence / 2, len(runs) - 1) * math.sqrt(2) * se
-    return max(med - half, 0.0), med + half
+    logs = [np.log(np.asarray(r, dtype=float)) for r in runs]  # the median commutes with log: boot on log time
+    se = float(np.std(boot_medians(logs, 2000, np.random.default_rng(0)), ddof=1))
+    factor = math.exp(t.ppf(0.5 + confidence / 2, len(runs) - 1) * math.sqrt(2) * se)
+    return med / factor, med * factor
+
+
+def process_spread(runs: Sequence[Sequence[float]]) -> float:
+    """The slowest process's median over the fastest one's (1.0 for one process)."""
+    medians = [float(np.median(r)) for r in runs]
+    return max(medians) / min(medians)
 
 
 def summarize(ms: Sequence[Measurement], batch: int) -> Stats:
@@ -104,5 +113,5 @@ def summarize(ms: Sequence[Measurement], batch: int) -> Stats:
         min_s=float(s.min()), mean_s=float(s.mean()),
         std_s=float(s.std(ddof=1)) if len(s) > 1 else 0.0,
         n_samples=len(s), first_call_s=float(np.median([m.first_call_s for m in ms])),
-        throughput_samples_per_s=batch / med if med > 0 else float("inf"),
+        throughput_samples_per_s=batch / med if med > 0 else float("inf"), process_spread=process_spread(runs),
     )

@@ -12,7 +12,7 @@ import models
 from experiments.common.protocol import OpResult, PointResult, Request, Setup
 from experiments.measure import flops, peaks, stats, timing
 from experiments.measure.backends import Unavailable, Unsupported, load
-from experiments.measure.environment import fingerprint, host_record
+from experiments.measure.environment import fingerprint, host_record, machine_record
 from experiments.measure.meter import background_cores, meter, reset_high_water, resident
 
 
@@ -59,7 +59,7 @@ def main(request_path: str, results_path: str) -> int:
     except Unavailable as e:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
-    env = environment(backend, req.setup)
+    env, machine = environment(backend, req.setup), machine_record()
     peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
         else None
     spec = models.load(**req.model)
@@ -67,7 +67,7 @@ def main(request_path: str, results_path: str) -> int:
         for point in req.points:
             # each op's model and state are freed before the next op is built
             ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
-            f.write(PointResult(point.batch_size, device, env, ops, peak).to_json() + "\n")
+            f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine).to_json() + "\n")
             f.flush()
     return 0
 

@@ -18,7 +18,9 @@ from experiments.measure.flops import achieved_tflops
 from experiments.measure.peaks import vendor_tflops
 from experiments.measure.stats import summarize
 
-STATUS = {"ok": "FINISHED", "skipped": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
+# MLflow statuses mean what MLflow means: a skipped point (an op the model doesn't have) ran to its end, KILLED is a
+# person's interrupt, FAILED a fault. The tag `outcome` tells finished from skipped.
+STATUS = {"ok": "FINISHED", "skipped": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 REASON_CHARS = 4000  # well under MLflow's tag value limit
 # The params of every point run, besides the flattened config; compare and report select and group by them.
 PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
@@ -26,6 +28,12 @@ PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "d
 # Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
 # process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
 NOISY_CORES = 0.2
+# An op is flagged unstable=true when a re-run could read far from this one: its re-run interval spans more than
+# UNSTABLE_INTERVAL (high / low), or its processes' medians differ by more than UNSTABLE_SPREAD (slowest / fastest).
+# Chosen so the flag separates on this project's CPU machines (docs/measuring.md gives the counts).
+UNSTABLE_INTERVAL = 1.5
+UNSTABLE_SPREAD = 1.5
+NOTE = "mlflow.note.content"  # a run's description, which the MLflow UI renders as Markdown
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")  # per op, from flops, the median and the peaks
 META = "record.json"
 
@@ -105,9 +113,18 @@ def build(job: Job, point: Point, results: list[PointResult]) -> Record:
     else:
         outcome = "ok" if samples else "skipped"
     tags["outcome"] = outcome
-    return Record(run_name=run_name(job, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
-                  params=params, metrics=metrics, tags=tags, config=job.cfg, samples=samples,
-                  stderr=failed[0].stderr_tail if failed else "")
+    metrics |= {"param_count": float(params["param_count"])} | machine(ok)
+    rec = Record(run_name=run_name(job, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
+                 params=params, metrics=metrics, tags=tags, config=job.cfg, samples=samples,
+                 stderr=failed[0].stderr_tail if failed else "")
+    rec.tags[NOTE] = describe(rec)
+    return rec
+
+
+def machine(results: list[PointResult]) -> dict[str, float]:
+    """The machine's numbers over the point's processes (the median: the load average moves between them)."""
+    keys = set().union(*(r.machine for r in results)) if results else set()
+    return {k: statistics.median(r.machine[k] for r in results if k in r.machine) for k in sorted(keys)}
 
 
 # Config keys left out of a point's identity: bookkeeping, and how the job chose its points (the point says which)
@@ -151,7 +168,45 @@ def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> 
         metrics["peak_tflops"] = peak
     if samples:
         tags["noisy"] = str(max_background_cores(metrics) > NOISY_CORES).lower()
+        shaky = [op for op in samples if unstable(metrics, op)]
+        tags["unstable"] = str(bool(shaky)).lower()
+        if shaky:
+            tags["unstable_ops"] = ",".join(shaky)
+            tags["unstable_hint"] = hint(metrics, shaky[0], tags["noisy"] == "true")
     return metrics, samples
+
+
+def unstable(metrics: dict[str, float], op: str) -> bool:
+    """Whether a re-run of this op could read far from this run (the bounds above)."""
+    interval = metrics[f"{op}_ci95_high_s"] / metrics[f"{op}_ci95_low_s"]
+    return interval > UNSTABLE_INTERVAL or metrics.get(f"{op}_process_spread", 1.0) > UNSTABLE_SPREAD
+
+
+def hint(metrics: dict[str, float], op: str, noisy: bool) -> str:
+    """What to do about an unstable point, in one line."""
+    spread = metrics.get(f"{op}_process_spread", 1.0)
+    lo, hi = metrics[f"{op}_ci95_low_s"], metrics[f"{op}_ci95_high_s"]
+    apart = f", its processes {spread:.2f}× apart" if spread > 1 else ""
+    why = f"{op}: a re-run may read {lo * 1e3:.4g}–{hi * 1e3:.4g} ms{apart}"
+    if noisy:
+        return f"{why}; other processes used the CPU meanwhile: measure on a quiet machine"
+    return f"{why}; the machine itself may be noisy: try bench=thorough, or more processes (bench.processes=10)"
+
+
+def describe(rec: Record) -> str:
+    """The run's one-line description: what was measured, the median and the interval (or why there is none)."""
+    if rec.outcome == "failed":
+        return f"FAILED: {rec.tags['failure_reason'].splitlines()[0]}"
+    if rec.outcome == "skipped":
+        return "skipped: " + "; ".join(f"{k.removeprefix('skip_reason_')} {v}" for k, v in rec.tags.items()
+                                       if k.startswith("skip_reason_"))
+    m, processes = rec.metrics, len(next(iter(rec.samples.values())).get("processes", [None]))
+    ops = [f"{op} {m[f'{op}_median_s'] * 1e3:.4g} ms [{m[f'{op}_ci95_low_s'] * 1e3:.4g}, "
+           f"{m[f'{op}_ci95_high_s'] * 1e3:.4g}]" for op in rec.samples]
+    flags = [flag.upper() for flag in ("noisy", "unstable") if rec.tags.get(flag) == "true"]
+    return (f"{rec.run_name} on {rec.params['device']}: " + "; ".join(ops) + f" (median per call and the 95% "
+            f"interval of a re-run, {processes} process{'es' if processes > 1 else ''})"
+            + (f" {', '.join(flags)}" if flags else ""))
 
 
 def max_background_cores(metrics: dict[str, float]) -> float:

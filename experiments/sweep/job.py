@@ -135,4 +135,5 @@ def interrupted(rec: records.Record, signum: int) -> records.Record:
     """The point the worker was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
     reason = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
     return dataclasses.replace(rec, outcome="interrupted",
-                               tags=rec.tags | {"outcome": "interrupted", "failure_reason": reason})
+                               tags=rec.tags | {"outcome": "interrupted", "failure_reason": reason,
+                                                records.NOTE: f"INTERRUPTED: {reason}"})

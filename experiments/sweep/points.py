@@ -103,6 +103,8 @@ def summary(rec: records.Record) -> str:
     if rec.tags.get("noisy") == "true":
         busy = records.max_background_cores(rec.metrics)
         parts.append(f"NOISY: other processes used {busy:.2f} cores while it was measured")
+    if rec.tags.get("unstable") == "true":
+        parts.append(f"UNSTABLE: {rec.tags['unstable_hint']}")
     return "; ".join(parts)
 
 

@@ -196,3 +196,15 @@ def test_several_processes_widen_the_ci_with_their_drift():
     assert many.median_s == pytest.approx(np.median([np.median(p.samples_s) for p in procs]))
     assert many.ci95_low_s < 1.05 and many.ci95_high_s > 1.4
     assert many.n_samples == 600
+
+
+def test_the_rerun_interval_is_multiplicative_and_never_near_zero():
+    """Processes 0.25-0.75 ms apart: the interval is median ÷ f to median × f on log time, not a symmetric one in
+    seconds that a wide spread clips at zero."""
+    rng = np.random.default_rng(1)
+    procs = [Measurement(list(level * rng.lognormal(0, 0.02, 100)), 1, 0.1, "ci")
+             for level in (0.25e-3, 0.40e-3, 0.38e-3, 0.746e-3, 0.30e-3)]
+    s = summarize(procs, 2)
+    assert s.ci95_low_s > 0.1e-3
+    assert s.median_s / s.ci95_low_s == pytest.approx(s.ci95_high_s / s.median_s)
+    assert s.process_spread == pytest.approx(np.median(procs[3].samples_s) / np.median(procs[0].samples_s))

@@ -2,6 +2,7 @@
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import models
@@ -43,7 +44,8 @@ def test_measured_point():
 def test_all_ops_skipped_is_a_skipped_run():
     rec = records.build(JOB, Point(32, ("inference",)),
                         [ok_result({"inference": OpResult("skipped", reason="fp16 unsupported here")})])
-    assert rec.outcome == "skipped" and rec.status == "KILLED" and not rec.samples
+    assert rec.outcome == "skipped" and rec.status == "FINISHED" and not rec.samples  # KILLED: an interrupt only
+    assert rec.tags["outcome"] == "skipped" and rec.tags[records.NOTE] == "skipped: inference fp16 unsupported here"
 
 
 def test_failed_point_keeps_reason_and_output():
@@ -101,8 +103,9 @@ def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
     ok = ok_result({"inference": ok_op(0.002, 32), "training": OpResult("skipped", reason="r")})
     crashed = PointResult(32, failure="worker killed by SIGSEGV", stderr_tail="segfault here")
     rec = records.build(JOB, POINT, [ok, crashed, ok])
-    assert rec.outcome == "failed" and not rec.metrics
+    assert rec.outcome == "failed" and not any(k.startswith(("inference_", "training_")) for k in rec.metrics)
     assert rec.tags["failure_reason"].startswith("worker killed by SIGSEGV (process 2 of 3)")
+    assert rec.tags[records.NOTE].startswith("FAILED: worker killed by SIGSEGV (process 2 of 3)")
     assert len(rec.samples["inference"]["processes"]) == 2 and rec.stderr == "segfault here"
 
 
@@ -114,3 +117,37 @@ def test_mode_names_the_variant_measured():
                 "memory_format": "contiguous"}}, None, ()).mode == "torch-compile-cg"
     lux = {"framework": {"name": "external", "compile": False}, "external": {"name": "Lux"}}
     assert Job(lux, None, ()).mode == "Lux"
+
+
+def test_numbers_are_metrics_and_identity_is_tags():
+    """The machine's numbers and the parameter count are metrics the UI can sort and chart; the parameter count
+    stays a param too, for selections like `compare param_count=44426`."""
+    machine = {"cpu_count_logical": 2.0, "cpu_count_physical": 2.0, "memory_total_bytes": 2.5e10, "load_avg_1m": 0.4}
+    r = replace(ok_result({"inference": ok_op(0.002, 32)}), machine=machine)
+    rec = records.build(JOB, Point(32, ("inference",)), [r, replace(r, machine=machine | {"load_avg_1m": 1.2}),
+                                                          replace(r, machine=machine | {"load_avg_1m": 0.8})])
+    assert rec.metrics["load_avg_1m"] == 0.8 and rec.metrics["memory_total_bytes"] == 2.5e10  # median of processes
+    assert rec.metrics["param_count"] == 44426 and rec.params["param_count"] == "44426"
+    assert not set(machine) & set(rec.tags)
+
+
+def processes(*medians: float) -> list[PointResult]:
+    return [ok_result({"inference": ok_op(m, 32, list(m * np.linspace(0.99, 1.01, 40)))}) for m in medians]
+
+
+def test_processes_that_disagree_threefold_flag_the_point_unstable():
+    """Five processes at 0.25-0.75 ms (as the README sweep once read torch LeNet bs2): unstable, with a hint."""
+    rec = records.build(JOB, Point(32, ("inference",)), processes(0.25e-3, 0.4e-3, 0.38e-3, 0.746e-3, 0.3e-3))
+    assert rec.metrics["inference_process_spread"] == pytest.approx(0.746 / 0.25)
+    assert rec.tags["unstable"] == "true" and rec.tags["unstable_ops"] == "inference"
+    assert "processes 2.98× apart" in rec.tags["unstable_hint"] and "bench=thorough" in rec.tags["unstable_hint"]
+    assert rec.tags[records.NOTE].endswith("UNSTABLE")
+    steady = records.build(JOB, Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
+    assert steady.tags["unstable"] == "false" and "unstable_hint" not in steady.tags
+
+
+def test_the_run_description_is_one_line_with_the_median_and_interval():
+    rec = records.build(JOB, Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
+    note = rec.tags[records.NOTE]
+    assert "\n" not in note and note.startswith("lenet · torch-compile · fp32 · bs32 on cpu: inference 1 ms [")
+    assert note.endswith("(median per call and the 95% interval of a re-run, 5 processes)")
