@@ -36,6 +36,15 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT = ["model", "op", "batch_size", "variant", "device"]
+FLAGS = ("noisy", "unstable")  # tags that say a point's numbers need care (docs/measuring.md)
+
+
+def fmt_time(seconds: float) -> str:
+    """A time in the unit that reads best: 532 µs, 1.18 ms, 2.5 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e6:.3g} µs"
 
 
 def points(t: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +56,8 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     out["run_id"] = g["run_id"].agg(",".join)
     out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
     out["mfu"] = g["mfu"].median()
-    out["noisy"] = g["noisy"].agg(lambda v: bool((v == "true").any())) if "noisy" in t else False
+    for flag in FLAGS:  # a point is flagged when any of its runs is
+        out[flag] = g[flag].agg(lambda v: bool((v == "true").any())) if flag in t else False
     out = out.reset_index()
     out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
     return out
@@ -75,35 +85,46 @@ def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[st
 
 
 def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
-    """Baseline median / median per (model, op, batch size, variant): > 1 means faster than the baseline."""
+    """Baseline median / median per (model, op, batch size, variant): > 1 means faster than the baseline; with the
+    range the two re-run intervals allow (`speedup_low` to `speedup_high`): `sure` where it excludes 1."""
     t = points(t)
-    base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])["median_s"]
-    s = t.join(base.rename("baseline_s"), on=["model", "op", "batch_size"])
-    s = s.dropna(subset=["baseline_s"])
+    base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])[["median_s", "ci95_low_s",
+                                                                                  "ci95_high_s"]]
+    s = t.join(base.add_prefix("baseline_"), on=["model", "op", "batch_size"])
+    s = s.dropna(subset=["baseline_median_s"])
+    s["baseline_s"] = s["baseline_median_s"]
     s["speedup"] = s["baseline_s"] / s["median_s"]
-    return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup"]].reset_index(drop=True)
+    s["speedup_low"] = s["baseline_ci95_low_s"] / s["ci95_high_s"]
+    s["speedup_high"] = s["baseline_ci95_high_s"] / s["ci95_low_s"]
+    s["sure"] = (s["speedup_low"] > 1) | (s["speedup_high"] < 1)
+    return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup", "speedup_low",
+              "speedup_high", "sure"]].reset_index(drop=True)
 
 
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
     s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
-                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", "noisy", "run_id"]]
-    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])["speedup"]
-    s = s.join(sp.rename(f"speedup_vs_{baseline.replace(' ', '_')}"), on=["model", "op", "batch_size", "variant"])
+                   "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", *FLAGS, "run_id"]]
+    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])[["speedup", "sure"]]
+    s = s.join(sp.rename(columns={"speedup": f"speedup_vs_{baseline.replace(' ', '_')}", "sure": "speedup_sure"}),
+               on=["model", "op", "batch_size", "variant"])
     return s.reset_index(drop=True)
 
 
 def markdown(s: pd.DataFrame) -> str:
-    """Medians in ms with the p25-p75 spread, readable in a terminal, an issue or a PR."""
+    """The summary as a Markdown table, readable in a terminal, in the MLflow UI, an issue or a PR: the median per
+    call, the 95% interval a re-run is expected to read in, throughput, MFU, the speedup against the baseline (in
+    parentheses where the two intervals overlap: not sure) and the flags."""
     (speedup,) = [c for c in s.columns if c.startswith("speedup_vs_")]
+    sure = s["speedup_sure"] if "speedup_sure" in s else pd.Series(True, index=s.index)
     view = pd.DataFrame({
         "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["variant"],
-        "median ms": (s["median_s"] * 1e3).map("{:.4g}".format),
-        "p25–p75 ms": [f"{a * 1e3:.4g}–{b * 1e3:.4g}" for a, b in zip(s["p25_s"], s["p75_s"])],
+        "median": s["median_s"].map(fmt_time),
+        "95% re-run interval": [f"{fmt_time(a)} – {fmt_time(b)}" for a, b in zip(s["ci95_low_s"], s["ci95_high_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
         "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
+        speedup.replace("_", " "): [("" if pd.isna(v) else f"{v:.2f}×" if ok or v == 1 else f"({v:.2f}×)")
+                                    for v, ok in zip(s[speedup], sure.fillna(True))],
+        "flags": [" ".join(f.upper() for f in FLAGS if f in s and row[f]) for _, row in s.iterrows()],
     })
-    view[speedup.replace("_", " ")] = s[speedup].map(lambda v: "" if pd.isna(v) else f"{v:.2f}×")
-    if s["noisy"].any():  # other processes used the CPU while these were measured (docs/measuring.md: the noisy guard)
-        view["noisy"] = s["noisy"].map({True: "NOISY", False: ""})
     return view.to_markdown(index=False)

@@ -60,7 +60,7 @@ def run(a: argparse.Namespace) -> int:
         if r.returncode:
             raise BadInput(f"the sweep failed (exit {r.returncode}); its output is above")
         print(f"\n{a.repeats} replicates of `{' '.join(args[:-1])}` in {time.perf_counter() - t0:.0f} s")
-        parents = tracking.search(uri, "nnbench", "tags.`nnbench.sweep` = 'true'")
+        parents = tracking.search(uri, "nnbench", f"tags.`{tracking.SWEEP}` = 'true'")
         parent = parents.sort_values("start_time")["run_id"].iloc[-1]
     t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
     share, pairs, table = coverage(t)

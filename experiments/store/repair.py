@@ -52,7 +52,7 @@ def close_stale(uri: str, experiment_id: str) -> None:
     closed: dict[Path, int] = defaultdict(int)
     for run in tracking.find_runs(uri, experiment_id, "attributes.status = 'RUNNING'"):
         tags, run_id = run.data.tags, run.info.run_id
-        if tags.get("nnbench.sweep") == "true":
+        if tags.get(tracking.SWEEP) == "true":
             sweep = Sweep(Path(run.data.params.get("sweep_dir", "/nonexistent")))
             if not sweep.state.exists() or sweep.running() or sweep.read().parent_run_id != run_id:
                 continue

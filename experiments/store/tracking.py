@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -19,6 +23,9 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")  # an int: sleeps 1 s, then 2 s
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # "🏃 View run" per run on a server
+# Without a git executable GitPython prints a 15-line banner on each of MLflow's context lookups; quiet, the git
+# tags are simply absent. Read when git is first imported.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 import logging  # noqa: E402
 
@@ -28,9 +35,9 @@ from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from experiments.common.errors import first_line  # noqa: E402
-from experiments.store.records import Record  # noqa: E402
+from experiments.store.records import NOTE, Record  # noqa: E402
 from experiments.store.sweepdir import MARKER  # noqa: E402
-from experiments.store.uris import DEFAULT_URI, sqlite_path  # noqa: E402
+from experiments.store.uris import DEFAULT_URI, UI_PORT, sqlite_path  # noqa: E402
 
 # MLflow retries a database it can't open 10 times with growing sleeps (104 s for sqlite:////proc/nope.db);
 # three tries still ride out a database that is starting.
@@ -41,6 +48,28 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 POINT_DIR, INCOMPLETE = "nnbench.point_dir", "nnbench.incomplete"  # tags: where a run's point is, why it's unfinished
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
+SWEEP = "nnbench.sweep"  # tags a sweep's parent run
+# The tags `mlflow.start_run` adds from MLflow's context registry, which `MlflowClient.create_run` does not: the UI's
+# User, Source and Version columns and the run page's "Created by" and "Source".
+CONTEXT = ("mlflow.user", "mlflow.source.")
+RUN_NOTE_CHARS = 8000  # MLflow cuts a longer run description silently
+VIEW = "nnbench"  # the runs table's columns, read from the experiment tag mlflow.sharedViewState.<VIEW>
+ML_VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view; without it links open GenAI pages
+EXPERIMENT_NOTE = """**nnbench**: JAX/Flax vs PyTorch, eager vs compiled, for inference and a training step.
+
+Each sweep is one parent run (`sweep <date> <time> · <overrides>`); its **description** answers the comparison:
+which variant is faster for each point, by how much and how sure, with the machine and the versions. Its metrics
+`speedup_geomean_<variant>_<op>` are geometric-mean speedups against the baseline (`torch-eager fp32` unless
+`report.baseline` says otherwise; above 1 is faster), and its artifacts hold the report and the plots.
+
+Each point (model, variant, precision, batch size) is one child run, e.g. `lenet · jax-jit · fp32 · bs32`. Its
+metrics per op (`inference_`, `training_`, `grad_`): `median_s` (the median over processes of each fresh
+process's median per call), `ci95_low_s`/`ci95_high_s` (where a re-run of the point is expected to read, 95%),
+`process_spread`, `throughput_samples_per_s`, `first_call_s` (compile plus the first run), `flops`, `mfu`,
+`peak_mem_bytes`. Tags `noisy=true` (other processes used the CPU) and `unstable=true` (a re-run may read far
+from this one) flag numbers to read with care. Status FINISHED means measured (`outcome=skipped`: an op the model
+doesn't have), FAILED a fault (`failure_reason`), KILLED an interrupt."""
+
 
 
 class StoreUnavailable(Exception):
@@ -87,24 +116,58 @@ def prepare_store(uri: str, experiment_name: str) -> str:
             raise StoreUnavailable(f"experiment {experiment_name!r} is deleted: restore it, or choose another "
                                    "mlflow.experiment_name")
         if exp is not None:
+            describe_experiment(client, exp.experiment_id, exp.tags)
             return exp.experiment_id
         try:
-            return client.create_experiment(experiment_name, artifact_location=artifacts)
+            exp_id = client.create_experiment(experiment_name, artifact_location=artifacts)
         except mlflow.exceptions.MlflowException:  # created meanwhile by another process: read it again
             if attempt == 2:
                 raise
             time.sleep(0.5 * (attempt + 1))
+            continue
+        describe_experiment(client, exp_id, {})
+        return exp_id
     raise AssertionError("unreachable")
+
+
+def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> None:
+    """The experiment's description (what nnbench logs and how to read it) and the runs table's columns: User,
+    Source, Version and the headline numbers (link with `?viewStateShareKey=nnbench`); set where missing."""
+    view = {"selectedColumns": ["attributes.`User`", "attributes.`Source`", "attributes.`Version`",
+                                "params.`mode`", "params.`batch_size`", "metrics.`inference_median_s`",
+                                "metrics.`training_median_s`", "metrics.`inference_mfu`"],
+            "orderByKey": "attributes.start_time", "orderByAsc": False}
+    wanted = {NOTE: EXPERIMENT_NOTE, f"mlflow.sharedViewState.{VIEW}": json.dumps(view)}
+    for key, value in wanted.items():
+        if tags.get(key) != value:
+            client.set_experiment_tag(experiment_id, key, value)
+
+
+def context_tags() -> dict[str, str]:
+    """The user, source and git commit of this process, as `mlflow.start_run` records them (resolved once per
+    sweep, in the process that starts its parent run; point runs copy the parent's)."""
+    from mlflow.tracking.context.registry import resolve_tags  # not at the top: imports git (0.2 s), once per sweep
+
+    return {k: v for k, v in resolve_tags().items() if k.startswith(CONTEXT)}
+
+
+@functools.cache
+def context_of(uri: str, parent_run_id: str | None) -> dict[str, str]:
+    """A point run's context tags: its parent's (a launcher's process has another argv[0] and maybe no git), or this
+    process's for a run without a parent."""
+    if parent_run_id is None:
+        return context_tags()
+    return {k: v for k, v in MlflowClient(uri).get_run(parent_run_id).data.tags.items() if k.startswith(CONTEXT)}
 
 
 def log_record(uri: str, experiment_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None,
                on_created: Callable[[str], None] = lambda run_id: None) -> str:
     """One MLflow run per point; `on_created` gets its id (to write the marker) before the run is filled."""
     client = MlflowClient(uri)
-    tags = {"outcome": rec.outcome, POINT_DIR: str(artifacts.resolve())}
+    tags = context_of(uri, parent_run_id) | {"outcome": rec.outcome, POINT_DIR: str(artifacts.resolve())}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run_id = client.create_run(experiment_id, run_name=rec.run_name, tags=tags).info.run_id
+    run_id = client.create_run(experiment_id, run_name=rec.run_name, tags=tags).info.run_id  # mlflow.user: User
     try:
         on_created(run_id)
     except Exception:  # no marker names it: close and hide it, or upload would log the point a second time
@@ -126,9 +189,11 @@ def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str
                          metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items() if k not in have_metrics],
                          params=[Param(k, v[:6000]) for k, v in rec.params.items() if k not in have_params],
                          tags=[RunTag(k, v) for k, v in tags.items()])
-        for f in sorted(artifacts.iterdir()):
-            if f.is_file() and f.name != MARKER:
-                client.log_artifact(run_id, str(f))
+        with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call, without the run-id marker
+            for f in artifacts.iterdir():
+                if f.is_file() and f.name != MARKER:
+                    shutil.copy2(f, tmp)
+            client.log_artifacts(run_id, tmp)
         if have and INCOMPLETE in have.tags:
             client.delete_tag(run_id, INCOMPLETE)
     except Exception:
@@ -189,23 +254,28 @@ def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: s
     """Which of these point keys have a FINISHED run (of this environment, when its fingerprint is known);
     deleted runs are not searched, so they count as missing."""
     where = "attributes.status = 'FINISHED'" + (f" and tags.env_fingerprint = '{fingerprint}'" if fingerprint else "")
-    found = set()
-    for key in keys:  # one query per point: a filter on a tag takes one value
-        if find_runs(uri, experiment_id, f"{where} and tags.point_key = '{key}'"):
-            found.add(key)
-    return found
+    # one search: a filter on a tag takes one value, so the keys are matched here
+    return keys & {r.data.tags.get("point_key") for r in find_runs(uri, experiment_id, where)}
 
 
 def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]) -> str:
-    """The parent run that groups a sweep's points."""
+    """The parent run that groups a sweep's points, with this process's user, source and commit."""
     client = MlflowClient(uri)
-    run = client.create_run(experiment_id, run_name=name, tags={"nnbench.sweep": "true"})
+    run = client.create_run(experiment_id, run_name=name, tags=context_tags() | {SWEEP: "true"})
     client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
     return run.info.run_id
 
 
-def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED") -> None:
+def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",
+                  metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+    """The sweep's answer on its parent run: the description (`note`, Markdown), metrics, tags and the report's
+    artifacts; then its status."""
     client = MlflowClient(uri)
+    if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
+        note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
+                     tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
     client.log_artifacts(run_id, str(artifacts))
     client.set_terminated(run_id, status)
 
@@ -217,11 +287,25 @@ def children(uri: str, experiment_id: str, parent_run_id: str):
                               f"'{parent_run_id}'", output_format="pandas", max_results=50_000)
 
 
-def run_link(experiment_id: str, uri: str = "") -> str:
-    """The runs table (MLflow 3 opens experiments in its GenAI view otherwise): on the tracking server itself, or
-    where `mlflow ui` serves a local store."""
-    server = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{server}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+def ui_base(uri: str, port: int = UI_PORT) -> str:
+    """Where the UI of this store is: the tracking server itself, or where `nnbench ui` serves a local store."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else f"http://127.0.0.1:{port}"
+
+
+def run_link(experiment_id: str, uri: str = "", run_id: str | None = None, port: int = UI_PORT) -> str:
+    """The runs table (with nnbench's columns), or one run's page, in the UI's "Model training" view (MLflow 3
+    opens its GenAI view otherwise; a `#/runs/<id>` link would drop the view)."""
+    base = f"{ui_base(uri, port)}/#/experiments/{experiment_id}/runs"
+    return f"{base}/{run_id}?{ML_VIEW}" if run_id else f"{base}?{ML_VIEW}&viewStateShareKey={VIEW}"
+
+
+def latest_sweep(uri: str, experiment_name: str) -> Run | None:
+    """The most recent sweep's parent run in the experiment, if any."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment_name)
+    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP}` = 'true'", max_results=1,
+                               order_by=["attributes.start_time DESC"]) if exp else []
+    return found[0] if found else None
 
 
 def search(uri: str, experiment_name: str, filter_string: str = ""):

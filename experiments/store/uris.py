@@ -15,6 +15,7 @@ from pathlib import Path
 from experiments.common.errors import BadInput
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+UI_PORT = 5000  # where `nnbench ui` serves a local store, and the port the links a sweep prints name
 DATABASES = ("postgresql", "mysql", "mssql", "databricks")  # left to MLflow (its retries are bounded in tracking)
 TIMEOUT_S = 5
 

@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,19 +75,28 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
     return out
 
 
-def close_parent(state: SweepState, status: str, baseline: str = DEFAULT_BASELINE, show: bool = False) -> int:
-    """The sweep's report as the parent run's artifacts, then its status; returns the number of point runs."""
-    from experiments.report import pages, tables  # matplotlib and mlflow are slow to import: only at the end
+def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE, show: bool = False,
+                 wall_s: float | None = None) -> int:
+    """The sweep's answer on its parent run (description, metrics, tags), its report as artifacts, then its status;
+    returns the number of point runs. `wall_s`: the sweep's wall time, when it ends now."""
+    from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
 
     runs = tracking.children(state.uri, state.experiment_id, state.parent_run_id)
     t = tables.tidy(runs)
+    c = o.counts
+    metrics = {"points_finished": c["ok"], "points_skipped": c["skipped"], "points_failed": c["failed"],
+               "points_interrupted": c["interrupted"]} | ({"sweep_wall_s": wall_s} if wall_s is not None else {})
+    note = f"**{o.line()}**: no point was measured" if t.empty else ""
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
-            pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
+            written = pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
+            metrics |= answer.metrics(t, baseline)
+            note = answer.note(t, runs, baseline, o.line(), sorted(written))
             if show:
                 print(tables.markdown(tables.summary(t, baseline)))
-        tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status)
+        tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
+                               answer.environment(runs))
     return len(runs)
 
 
@@ -102,9 +112,10 @@ def finish(sweep: Sweep, baseline: str) -> int:
     if state.parent_run_id and not problem:
         try:
             status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
-            n = close_parent(state, status, baseline, show=True)
+            n = close_parent(state, status, o, baseline, show=True, wall_s=time.time() - state.start)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
+            print(f"the sweep's answer{where}: {tracking.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
             print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
         except Exception as e:  # every point is on disk already; upload makes the report later
             problem, complete = f"could not finish the sweep's report and parent run ({first_line(e)})", False
@@ -183,7 +194,7 @@ def close_sweep(sweep: Sweep, baseline: str) -> str:
     o = outcome(sweep, state)
     status = "KILLED" if state.ended == "interrupted" else "FINISHED" if o.complete else "FAILED"
     if parent.info.status != status or not tracking.is_complete(parent):
-        close_parent(state, status, baseline)
+        close_parent(state, status, o, baseline)
     missing = f" (planned points without a record: see the job logs in {sweep.directory})" if (
         o.missing and status == "FAILED") else ""
     return f"parent run {state.parent_run_id} {status}: {o.line()}{missing}"

@@ -1,0 +1,63 @@
+"""A sweep's answer for its parent run, on synthetic runs whose answer is known: sentences, geometric means, the
+description, the environment line; and report pages that escape what they embed."""
+import math
+
+import pandas as pd
+import pytest
+
+from experiments.report import answer, pages, tables
+from tests.report.test_report import fake_runs
+
+
+def crossing_runs() -> pd.DataFrame:
+    """jax-jit 2× faster than torch-eager at bs2, as fast at bs8, 1.5× slower at bs128; intervals ±5% (bs8: ±30%)."""
+    rows = []
+    for mode, medians in (("torch-eager", {2: 2.0, 8: 4.0, 128: 6.0}), ("jax-jit", {2: 1.0, 8: 4.0, 128: 9.0})):
+        for bs, ms in medians.items():
+            med, width = ms * 1e-3, 1.3 if bs == 8 else 1.05
+            rows.append({"run_id": f"{mode}-{bs}", "tags.mlflow.runName": f"lenet · {mode} · fp32 · bs{bs}",
+                         "params.framework": mode.split("-")[0], "params.mode": mode, "params.model": "lenet",
+                         "params.precision": "fp32", "params.batch_size": str(bs), "params.device": "cpu",
+                         "start_time": pd.Timestamp("2026-01-01"), "metrics.inference_median_s": med,
+                         "metrics.inference_p25_s": med, "metrics.inference_p75_s": med,
+                         "metrics.inference_ci95_low_s": med / width, "metrics.inference_ci95_high_s": med * width,
+                         "metrics.inference_n_samples": 100, "tags.device_name": "cpu", "tags.cpu_model": "EPYC",
+                         "tags.jax_version" if mode.startswith("jax") else "tags.torch_version": "1.0",
+                         "tags.nnbench_git_commit": "abcdef0123", "tags.unstable": "true" if bs == 8 else "false"})
+    return pd.DataFrame(rows)
+
+
+def test_one_sentence_per_model_and_op_gives_the_range_of_speedups():
+    t = tables.tidy(crossing_runs())
+    (line,) = answer.sentences(t, "torch-eager fp32")
+    assert line == ("lenet inference: jax-jit fp32 is 2.00× faster than torch-eager fp32 at bs2 and 1.50× slower "
+                    "at bs128 (1 of 3 within the noise)")
+    (same_side,) = answer.sentences(tables.tidy(fake_runs()), "torch-eager fp32")[:1]
+    assert same_side == "lenet inference: jax-jit fp32 is 2.00× faster than torch-eager fp32 at every batch size"
+
+
+def test_geometric_means_are_the_parents_metrics():
+    t = tables.tidy(crossing_runs())
+    (variant, op, value), = answer.geomeans(t, "torch-eager fp32")
+    assert (variant, op) == ("jax-jit fp32", "inference")
+    assert value == pytest.approx(math.exp((math.log(2) + math.log(1) + math.log(6 / 9)) / 3))
+    assert answer.metrics(t, "torch-eager fp32") == {"speedup_geomean_jax-jit_fp32_inference": value}
+
+
+def test_the_description_leads_with_the_answer_and_holds_the_table():
+    runs = crossing_runs()
+    note = answer.note(tables.tidy(runs), runs, "torch-eager fp32", "6 finished, 0 skipped, 0 failed",
+                       ["report.md", "time_lenet_inference.png"])
+    first, blank, header, *rest = note.splitlines()
+    assert first == "**jax-jit fp32 vs torch-eager fp32: inference 1.10× faster (geometric means)**"
+    assert header.startswith("| model ") and "95% re-run interval" in header  # the table right under the headline
+    assert "| lenet   | inference |       8 | jax-jit fp32     | 4 ms     | 3.08 ms – 5.2 ms" in note
+    assert "(1.00×)" not in note and "UNSTABLE" in note and "2 UNSTABLE" in note  # both bs8 points
+    assert "Environment: cpu (EPYC) · jax 1.0, torch 1.0 · nnbench abcdef0" in note
+    assert "Artifacts: `report.md`, `time_lenet_inference.png`" in note
+
+
+def test_report_pages_escape_what_they_embed(tmp_path):
+    pages.write(tables.tidy(fake_runs()), tmp_path, title="nnbench: params.model = '<script>alert(1)</script>'")
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
