@@ -3,6 +3,7 @@ parent run and for `nnbench compare --out`. Parent side."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 from pathlib import Path
 
@@ -13,15 +14,18 @@ from experiments.report.changes import changes_markdown
 from experiments.report.plots import plot_lines, plot_speedup, plot_trend
 from experiments.report.tables import markdown, summary
 
+
 def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "") -> None:
-    """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded)."""
+    """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded; every text escaped, so a title
+    or a value holding `<` cannot break the page)."""
     (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n"
                                    + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
-    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-                   for p in pngs)
-    html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}")
-    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-                                     f"<h1>{title}</h1>{html_table}<pre>{note}</pre>{imgs}</body></html>")
+    imgs = "".join(f'<h3>{html.escape(p.stem)}</h3><img src="data:image/png;base64,'
+                   f'{base64.b64encode(p.read_bytes()).decode()}">' for p in pngs)
+    html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True)
+    t = html.escape(title)
+    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{t}</title></head><body>"
+                                     f"<h1>{t}</h1>{html_table}<pre>{html.escape(note)}</pre>{imgs}</body></html>")
 
 
 def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report") -> dict:

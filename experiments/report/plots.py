@@ -9,12 +9,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.report.changes import ordered, with_value  # noqa: E402
-from experiments.report.tables import series, speedups  # noqa: E402
+from experiments.report.tables import fmt_time, series, speedups  # noqa: E402
 
-YLABELS = {"median_s": "Time per call (s) (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
+YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
+
+
+def time_axis(axis) -> None:
+    """Seed 000's log2 spacing, with the ticks read in µs, ms or s rather than powers of two of a second."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_time(v)))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
 def figure_title(model: str, op: str) -> str:
@@ -37,6 +44,8 @@ def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "media
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set_xlabel("Batch size (log2 scale)")
     ax.set_ylabel(YLABELS[y])
+    if y == "median_s":
+        time_axis(ax.yaxis)
     ax.set_title(figure_title(model, op) + {"median_s": "", "mfu": " (MFU)"}.get(y, " (throughput)"), fontweight="bold")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left" if y == "median_s" else "lower right")
