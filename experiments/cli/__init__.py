@@ -19,6 +19,7 @@ COMMANDS = {
     "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots; --by judges changes"),
     "export": ("experiments.cli.export", "print a store's medians as seed 000's TIMING/METADATA lines"),
     "import": ("experiments.cli.import_", "log a file of TIMING/METADATA lines as runs"),
+    "ui": ("experiments.cli.ui", "open the MLflow UI on a store and print the runs table and the latest sweep"),
     "upload": ("experiments.cli.upload", "log the points kept on disk that the store lacks, and close their sweeps"),
     "venv": ("experiments.cli.venv", "make a measuring environment with some packages pinned"),
     "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),

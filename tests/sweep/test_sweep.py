@@ -1,5 +1,9 @@
 """The README command end to end, in subprocesses, into real MLflow stores (sqlite, and a local server)."""
 import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -8,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.common.protocol import STATS
-from tests.helpers import ROOT, free_port, nnbench, run, runs, serve
+from tests.helpers import ROOT, free_port, nnbench, run, runs, serve, user_env
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,13 @@ def test_readme_sweep_quick(readme_sweep):
             assert (rows[f"metrics.{op}_median_s"] <= rows[f"metrics.{op}_ci95_high_s"]).all()
         assert sub[sub["params.batch_size"].astype(int) < 32]["metrics.training_median_s"].isna().all()
     assert set(df["tags.mlflow.runName"]) >= {"lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"}
-    for tag in ("python_version", "numpy_version", "cpu_model", "cpu_count_logical", "host",
-                "nnbench_git_commit", "env_fingerprint", "device_name", "precision_policy"):
+    for tag in ("python_version", "numpy_version", "cpu_model", "host", "nnbench_git_commit", "env_fingerprint",
+                "device_name", "precision_policy", "mlflow.user", "mlflow.source.name", "mlflow.source.git.commit"):
         assert df[f"tags.{tag}"].notna().all(), tag
+    for number in ("cpu_count_logical", "memory_total_bytes", "load_avg_1m", "param_count"):  # sortable, chartable
+        assert df[f"metrics.{number}"].notna().all() and f"tags.{number}" not in df, number
+    assert (df["tags.mlflow.source.name"].str.endswith("experiments/run.py")).all()
+    assert (df["tags.mlflow.note.content"].str.contains(r"inference [\d.]+ ms \[[\d.]+, [\d.]+\]")).all()
     assert (df["params.param_count"] == "44426").all()
     client = MlflowClient(uri)
     names = {a.path for a in client.list_artifacts(df["run_id"].iloc[0])}
@@ -62,6 +70,19 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     p = MlflowClient(uri).get_run(parent.run_id)
     assert p.info.status == "FINISHED" and "framework=jax,torch model=lenet bench=quick" in p.info.run_name
     assert p.data.params["job_count"] == "2" and p.data.params["point_count"] == "8"
+    # the parent carries the answer: description, metrics, the environment's tags, the UI's columns
+    note = p.data.tags["mlflow.note.content"]
+    assert note.startswith("**jax-jit fp32 vs torch-eager fp32: inference ") and "(geometric means)**" in note
+    assert "- lenet training: jax-jit fp32 is " in note and "| lenet   | inference |       2 | jax-jit fp32" in note
+    assert "Environment: cpu (" in note and "`report.html`" in note
+    m = p.data.metrics
+    assert m["points_finished"] == 8 and m["points_failed"] == 0 and m["sweep_wall_s"] > 0
+    assert {"speedup_geomean_jax-jit_fp32_inference", "speedup_geomean_jax-jit_fp32_training"} <= set(m)
+    for tag in ("env_fingerprint", "jax_version", "torch_version", "device_name", "nnbench_git_commit",
+                "mlflow.user", "mlflow.source.git.commit"):
+        assert p.data.tags[tag], tag
+    assert len(p.data.tags["env_fingerprint"].split(", ")) == 2  # one per framework's environment
+    assert p.info.user_id == p.data.tags["mlflow.user"] != "unknown"
     assert Path(p.data.params["sweep_dir"]).is_dir()
     arts = {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)}
     assert {"time_lenet_inference.png", "time_lenet_training.png", "throughput_lenet_inference.png",
@@ -71,7 +92,9 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     # progress: one line per point with done/total, and the runs-table link at the end
     out = proc.stdout + proc.stderr
     assert "[8/8, ETA 0:00]" in out and "[1/8, ETA" in out
-    assert "runs?workflowType=machine_learning" in out
+    assert f"http://127.0.0.1:5000/#/experiments/{parent.experiment_id}/runs/{parent.run_id}?workflowType=" \
+           "machine_learning" in out
+    assert "runs?workflowType=machine_learning&viewStateShareKey=nnbench" in out
 
 
 @pytest.mark.slow
@@ -157,43 +180,97 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.mark.slow
+def test_an_op_the_model_lacks_is_a_finished_run_marked_skipped(tmp_path):
+    """matmul_chain has constant weights, so no training step: FINISHED with outcome=skipped, not KILLED."""
+    r = run(["framework=torch", "model=matmul_chain", "model.n=64", "batch_size=4", "ops=[training]", "bench=quick"],
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert df["status"].tolist() == ["FINISHED"] and df["tags.outcome"].tolist() == ["skipped"] and "constant weights" in df["tags.skip_reason_training"][0]
+    assert r.stdout.strip().splitlines()[-1] == "0 finished, 1 skipped, 0 failed"
+
+
+def text_after(page, label: str) -> str:
+    """A run page's "Created by"/"Source" value: the label's parent's text, less the label."""
+    return page.get_by_text(label, exact=True).first.locator("xpath=..").inner_text().replace(label, "").strip()
+
+
+@pytest.mark.slow
 @pytest.mark.browser
-def test_mlflow_ui_shows_the_sweep(readme_sweep):
-    """Headless Chromium on `mlflow server` over the README sweep's store: runs table, children, parent plot."""
+def test_mlflow_ui_shows_the_answer(readme_sweep):
+    """`nnbench ui` on the README sweep's store, in headless Chromium at 1600×1000: the parent page shows the
+    rendered summary table, who made it and from where, and the speedup metrics; the runs table shows the User and
+    Source columns filled, and the parent's plot renders."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     cwd, uri, _ = readme_sweep
     (parent,) = runs(uri, parents=True).itertuples()
-    exp_id = parent.experiment_id
+    user = runs(uri, parents=True)["tags.mlflow.user"].iloc[0]
     port = free_port()
-    server = serve(uri, port)
+    ui = subprocess.Popen([sys.executable, "-m", "experiments", "ui", "--port", str(port)], cwd=cwd, env=user_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     shots = ROOT / "test-artifacts"
     shots.mkdir(exist_ok=True)
-    base = f"http://127.0.0.1:{port}"
     try:
+        printed = [ui.stdout.readline() for _ in range(3)]  # starting ..., runs table, latest sweep
+        assert printed[0].startswith("starting the MLflow UI"), printed
+        table_link = printed[1].split(": ", 1)[1].strip()
+        parent_link = printed[2].split(": ", 1)[1].strip()
+        assert parent_link == f"http://127.0.0.1:{port}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}" \
+                              "?workflowType=machine_learning"
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=[
                 "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync"])
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(f"{base}/#/experiments/{exp_id}/runs?workflowType=machine_learning")
-            page.get_by_text("sweep ", exact=False).first.wait_for(timeout=60_000)
-            page.locator("[role=row]", has_text="sweep ").locator("button").first.click()  # expand the children
+            context = browser.new_context(viewport={"width": 1600, "height": 1000})
+            # the "MLflow Assistant" panel opens on an origin's first visit; a user closes it once
+            context.add_init_script("localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true')")
+            page = context.new_page()
+            page.goto(parent_link)
+            header = page.locator("th").filter(has_text="95% re-run interval").first
+            header.wait_for(timeout=90_000)
+            assert "Runs" in page.locator(".du-bois-light-breadcrumb").first.inner_text()  # Model training view
+            # the table's top is on the first screen and not clipped by the collapsed description: the header row
+            # lies inside its nearest clipping box (MLflow shows about 100 px of a description until "Show more")
+            assert header.evaluate("""el => { const r = el.getBoundingClientRect(); let box = el.parentElement;
+                while (box && getComputedStyle(box).overflowY === 'visible') box = box.parentElement;
+                const c = box ? box.getBoundingClientRect() : {top: 0, bottom: window.innerHeight};
+                return r.top >= c.top && r.bottom <= c.bottom && r.bottom < window.innerHeight; }""")
+            assert text_after(page, "Created by") == user
+            assert "run.py" in text_after(page, "Source")
+            page.get_by_text("speedup_geomean_jax-jit_fp32_inference").first.wait_for(timeout=30_000)
+            page.screenshot(path=str(shots / "mlflow-ui-parent.png"))
+            page.get_by_role("button", name="Expand description").click()
+            page.screenshot(path=str(shots / "mlflow-ui-parent-expanded.png"), full_page=True)
+            page.goto(table_link)
+            row = page.locator(f'[row-id="{parent.run_id}"]').first
+            row.wait_for(timeout=60_000)
+            cell = page.locator(f'[row-id="{parent.run_id}"] [col-id="attributes.`User`"]').first.inner_text()
+            source = page.locator(f'[row-id="{parent.run_id}"] [col-id="attributes.`Source`"]').first.inner_text()
+            assert cell.strip() == user and "run.py" in source
+            row.locator("button").first.click()  # expand the children
             for name in ("lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"):
-                page.get_by_text(name).wait_for(timeout=30_000)
+                page.get_by_role("link", name=name).wait_for(timeout=30_000)
             page.screenshot(path=str(shots / "mlflow-ui-runs.png"))
-            page.goto(f"{base}/#/experiments/{exp_id}/runs/{parent.run_id}/artifacts/time_lenet_inference.png")
+            page.goto(f"{parent_link.split('?')[0]}/artifacts/time_lenet_inference.png?workflowType=machine_learning")
             img = page.locator("img[src^='blob:']").first
             img.wait_for(timeout=60_000)
             page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle(),
                                    timeout=30_000)
-            assert img.evaluate("el => el.naturalWidth") == 800  # the figure as report.plot_lines saves it
+            assert img.evaluate("el => el.naturalWidth") == 800  # the figure as plots.plot_lines saves it
             page.screenshot(path=str(shots / "mlflow-ui-parent-plot.png"))
             browser.close()
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        os.killpg(ui.pid, signal.SIGINT)
+        assert ui.wait(timeout=60) == 0  # Ctrl-C stops the UI cleanly
+    assert not ui_children_left(port)
+
+
+def ui_children_left(port: int) -> bool:
+    """Whether anything still answers on the UI's port after `nnbench ui` ended."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.mark.slow
