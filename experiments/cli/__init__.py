@@ -23,6 +23,7 @@ COMMANDS = {
     "upload": ("experiments.cli.upload", "log the points kept on disk that the store lacks, and close their sweeps"),
     "venv": ("experiments.cli.venv", "make a measuring environment with some packages pinned"),
     "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
+    "check": ("experiments.selfcheck.check", "self-check: the machine's own noise (a fixed loop's drift, load, CPU)"),
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
     "calibrate": ("experiments.selfcheck.calibrate", "self-check: how often a re-run lands inside the interval"),
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),

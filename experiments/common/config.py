@@ -83,6 +83,13 @@ ALLOCATORS = {  # runtime.allocator: the worker's environment for it
 Allocator = Enum("Allocator", {a: a for a in ALLOCATORS})
 
 
+class Start(Enum):
+    """How a job starts its workers (runtime.start)."""
+
+    fork = "fork"  # from a fork server that imported the framework once per job (measure/server.py)
+    spawn = "spawn"  # a fresh interpreter each, importing everything again
+
+
 class Op(Enum):
     inference = "inference"
     training = "training"
@@ -113,6 +120,7 @@ class BenchConf(Budget):
     """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the harness's own keys."""
 
     processes: int = MISSING  # fresh measuring processes per point, interleaved
+    machine_check_s: float = MISSING  # the sweep's check of the machine's own noise, before its first job (0: none)
     timeout_s: float = MISSING  # per point, worker start and compile included
 
 
@@ -126,6 +134,8 @@ class MlflowConf:
 class RuntimeConf:
     python: Optional[str] = None  # interpreter of the worker; null: the one running the sweep
     allocator: Allocator = Allocator.glibc  # the worker's malloc (recorded as the tag `allocator`)
+    start: Start = Start.fork  # fork: import the framework once per job; spawn: once per worker
+    compile_cache: bool = True  # a point's later processes load what its first one compiled (the sweep's cache)
 
 
 @dataclass

@@ -107,6 +107,15 @@ class Job:
         return self.cfg["runtime"]["allocator"]
 
     @property
+    def start(self) -> str:
+        """fork (from a fork server, one per job) or spawn."""
+        return self.cfg["runtime"].get("start", "spawn")
+
+    @property
+    def compile_cache(self) -> bool:
+        return bool(self.cfg["runtime"].get("compile_cache", False))
+
+    @property
     def external_name(self) -> str:
         return self.cfg["external"]["name"]
 
@@ -133,7 +142,8 @@ class Job:
         return Setup(self.precision, self.device, self.cfg["precision"]["tf32"], self.compile, self.compile_mode,
                      self.memory_format or "n/a")
 
-    def request(self, peaks: Path | None = None) -> Request:
-        """What a worker is asked to do; `peaks`: the sweep's cache of calibrated peaks."""
+    def request(self, peaks: Path | None = None, between: dict[str, float] | None = None) -> Request:
+        """What a worker is asked to do; `peaks`: the sweep's cache of calibrated peaks; `between`: op -> the spread
+        between processes so far (the stop rule's)."""
         return Request(self.framework, self.setup, self.model_keys, self.seed, self.budget, self.points,
-                       str(peaks) if peaks else None)
+                       str(peaks) if peaks else None, between or {})

@@ -26,8 +26,10 @@ class Budget:
     max_samples: int
     min_time_s: float  # sample at least this long, whatever the CI says: one short window misses slow drift
     max_time_s: float  # sampling budget per op, warm-up excluded
-    target_rel_ci: float  # stop once the 95% CI of the median is within ±this fraction
+    target_rel_ci: float  # stop once the 95% CI of the median is within ±this fraction...
     min_block_s: float  # short calls are repeated in blocks at least this long
+    between_k: float  # ...or within ±between_k × the spread between processes (timing.target)
+    between_prior: float  # that spread (SD of log process medians) before two processes have measured a point
 
     @classmethod
     def of(cls, bench: dict) -> "Budget":
@@ -45,6 +47,8 @@ class Measurement:
     stop_reason: str  # "ci", "time" or "samples"
     elapsed_s: float = 0.0  # wall time of the whole measurement, first call and warm-up included
     meter: dict[str, float] = field(default_factory=dict)  # the change of `meter()` over the sampling
+    warmup_s: float = 0.0  # of which the warm-up
+    sampling_s: float = 0.0  # and the samples
 
     @property
     def calls(self) -> int:
@@ -63,9 +67,10 @@ class Stats:
     mean_s: float
     std_s: float
     n_samples: int
-    first_call_s: float
+    first_call_s: float  # the cold first call: compile (or trace) plus one run, in the process that filled the cache
     throughput_samples_per_s: float
     process_spread: float = 1.0  # the slowest process's median over the fastest one's
+    first_call_warm_s: float | None = None  # the later processes' first calls (median), with the compile cache warm
 
 
 STATS = tuple(f.name for f in fields(Stats))  # the per-op metric names: `<op>_<stat>`
@@ -138,6 +143,7 @@ class Request(Json):
     budget: Budget
     points: tuple[Point, ...]
     peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
+    between: dict[str, float] = field(default_factory=dict)  # op -> the spread between processes so far
 
 
 @dataclass
@@ -152,6 +158,7 @@ class OpResult(Json):
     calls_per_block: int | None = metric()  # calls timed together per sample: timer overhead shrinks with it
     flops: int | None = metric()  # per call, counted from the model's layers (experiments.flops)
     compiles: int | None = metric(max)  # jit/torch.compile compilations over the whole measurement: 1 when sound
+    compile_cache_hits: int | None = metric(sum)  # programs loaded from the sweep's compile cache, not compiled
     page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
     peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU), see docs/measuring.md
     background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
@@ -160,7 +167,7 @@ class OpResult(Json):
         """The numbers MLflow gets for this op: the stats, then every `metric()` field that was measured."""
         out = dataclasses.asdict(self.stats) if self.stats else {}
         out |= {f.name: getattr(self, f.name) for f in metric_fields() if getattr(self, f.name) is not None}
-        return {k: float(v) for k, v in out.items()}
+        return {k: float(v) for k, v in out.items() if v is not None}
 
 
 def metric_fields() -> list[dataclasses.Field]:
@@ -181,4 +188,5 @@ class PointResult(Json):
     peak_tflops: float | None = None  # what a large matmul sustains here, this framework and precision
     failure: str | None = None  # a crash, an OOM kill, a timeout: the point failed
     stderr_tail: str = ""  # the worker's last output, kept with a failure
+    startup_s: float | None = None  # from the worker's start to its first op: interpreter, imports, set-up
     machine: dict[str, float] = field(default_factory=dict)  # numeric facts: core counts, memory, load average

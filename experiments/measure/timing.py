@@ -13,21 +13,32 @@ from experiments.measure.stats import median_ci
 Clock = Callable[[], float]
 
 
-def ci_ok(samples: list[float], budget: Budget) -> bool:
+def target(budget: Budget, between_sd: float | None) -> float:
+    """The relative CI half-width at which a process may stop sampling.
+
+    What a user sees is the re-run interval, set by the spread between processes (`between_sd`: the SD of the log
+    of process medians, as far as the sweep knows it). Once a process's own CI is a fraction `between_k` of that
+    spread, more samples cannot narrow the interval: at 0.5 its own error adds at most 3% to the spread's SD.
+    """
+    return max(budget.target_rel_ci, budget.between_k * between_sd) if between_sd else budget.target_rel_ci
+
+
+def ci_ok(samples: list[float], budget: Budget, between_sd: float | None = None) -> bool:
     """True once the CI of the median is narrow enough (relative half-width) to stop."""
     if len(samples) < budget.min_samples:
         return False
     lo, hi = median_ci(samples)
-    return (hi - lo) / 2 <= budget.target_rel_ci * float(np.median(samples))
+    return (hi - lo) / 2 <= target(budget, between_sd) * float(np.median(samples))
 
 
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
-            meter: Callable[[], dict[str, float]] = dict) -> Measurement:
+            meter: Callable[[], dict[str, float]] = dict, between_sd: float | None = None) -> Measurement:
     """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI and the budget say stop.
 
     `inspect` sees the first output, untimed (the worker checks which device it lives on). `meter` is read
     just before and just after the sampling (page faults, CPU time, ...); the Measurement keeps the change.
+    `between_sd`: the spread between processes so far, which sets how narrow this process's CI need be (`target`).
     """
     begin = t0 = clock()
     out = fn()
@@ -44,6 +55,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
         elapsed = clock() - t0
         if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
             break
+    warmup = elapsed
     per_call = max(elapsed / calls, 1e-9)
     block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate
 
@@ -56,7 +68,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             sync(fn())
         t1 = clock()
         samples.append((t1 - t0) / block)
-        if t1 - start >= budget.min_time_s and ci_ok(samples, budget):
+        if t1 - start >= budget.min_time_s and ci_ok(samples, budget, between_sd):
             reason = "ci"
         elif t1 - start >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):
             reason = "time"
@@ -66,4 +78,4 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             continue
         after = meter()
         change = {k: after[k] - before[k] for k in after}
-        return Measurement(samples, block, first, reason, clock() - begin, change)
+        return Measurement(samples, block, first, reason, clock() - begin, change, warmup, t1 - start)

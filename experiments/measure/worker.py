@@ -6,7 +6,11 @@ only the point in progress) and never talks to MLflow.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+import numpy.ma  # noqa: F401  np.median imports it on its first call: not inside the first op's sampling window
+import psutil
 
 import models
 from experiments.common.protocol import OpResult, PointResult, Request, Setup
@@ -34,12 +38,14 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
     except Unsupported as e:
         return OpResult("skipped", reason=str(e))
     seen: list[str] = []
+    hits = backend.cache_hits()
     m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)),
-                       meter=meter)
+                       meter=meter, between_sd=req.between.get(op))
     peak = backend.peak_memory()
     d = m.meter
     return OpResult("ok", device=seen[0], measurement=m, stats=stats.summarize([m], batch), calls_per_block=m.block,
                     flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
+                    compile_cache_hits=backend.cache_hits() - hits if step.compiles else None,
                     page_faults_per_call=d["minor_faults"] / m.calls,
                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
                     background_cores=background_cores(d))
@@ -63,12 +69,15 @@ def main(request_path: str, results_path: str) -> int:
     peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
         else None
     spec = models.load(**req.model)
+    startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
             ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
-            f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine).to_json() + "\n")
+            f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine,
+                                startup_s=startup).to_json() + "\n")
             f.flush()
+            startup = None
     return 0
 
 

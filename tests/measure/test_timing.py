@@ -4,7 +4,8 @@ import pytest
 from scipy import stats
 
 from experiments.common.protocol import Measurement
-from experiments.measure.stats import median_ci_ranks, summarize
+from experiments.measure import timing
+from experiments.measure.stats import median_ci, median_ci_ranks, summarize
 from experiments.measure.timing import measure
 from tests.helpers import budget
 
@@ -208,3 +209,37 @@ def test_the_rerun_interval_is_multiplicative_and_never_near_zero():
     assert s.ci95_low_s > 0.1e-3
     assert s.median_s / s.ci95_low_s == pytest.approx(s.ci95_high_s / s.median_s)
     assert s.process_spread == pytest.approx(np.median(procs[3].samples_s) / np.median(procs[0].samples_s))
+
+
+def test_sampling_stops_once_more_samples_cannot_narrow_the_rerun_interval():
+    """Noisy calls (±20%): with no spread between processes known, the process samples on to its ±2% target;
+    told that processes differ by 20% (SD of log medians), it stops at ±10%, which is all a re-run can resolve."""
+    rng = np.random.default_rng(3)
+    b = budget(min_time_s=0.0, max_time_s=50.0, min_block_s=0.0, warmup_s=0.0, warmup_calls=1)
+    runs = {}
+    for spread in (None, 0.2):
+        clock = FakeClock()
+        runs[spread] = measure(op(clock, rng.uniform(0.8e-3, 1.2e-3, 1_000_000)), noop_sync, b, clock,
+                               between_sd=spread)
+    assert runs[None].stop_reason == runs[0.2].stop_reason == "ci"
+    assert len(runs[0.2].samples_s) < len(runs[None].samples_s) / 4
+    lo, hi = median_ci(runs[0.2].samples_s)
+    assert (hi - lo) / 2 <= 0.1 * np.median(runs[0.2].samples_s)
+    assert timing.target(b, 0.2) == pytest.approx(0.1) and timing.target(b, 0.01) == b.target_rel_ci
+
+
+def test_a_measurement_says_where_its_time_went():
+    clock = FakeClock()
+    m = measure(op(clock, [1.0] + [0.01] * 10_000), noop_sync, budget(warmup_s=0.05, min_time_s=0.2,
+                                                                     min_block_s=0.0), clock)
+    assert m.first_call_s == 1.0 and m.warmup_s == pytest.approx(0.05, abs=0.011)
+    assert m.elapsed_s == pytest.approx(m.first_call_s + m.warmup_s + m.sampling_s)
+
+
+def test_the_cold_first_call_is_the_first_process_one():
+    """With the compile cache, the first process compiles and the later ones load: first_call_s is the cold one,
+    first_call_warm_s the median of the later ones."""
+    procs = [Measurement([1e-3] * 20, 1, first, "ci") for first in (2.5, 0.3, 0.2, 0.4)]
+    s = summarize(procs, 1)
+    assert s.first_call_s == 2.5 and s.first_call_warm_s == pytest.approx(0.3)
+    assert summarize(procs[:1], 1).first_call_warm_s is None

@@ -52,6 +52,9 @@ class Backend(Protocol):
     def reset_peak_memory(self) -> None:
         """Start a new peak for `peak_memory` (where the framework can)."""
 
+    def cache_hits(self) -> int:
+        """Compiled programs loaded from the persistent compile cache so far in this process (0: none, or eager)."""
+
     def peak_memory(self) -> int | None:
         """Peak device memory in bytes since the reset; None where the framework can't say (the CPU)."""
 

@@ -109,6 +109,14 @@ class Backend:
     def __init__(self):
         self.setup = Setup("fp32", "cpu")
         self.device = jax.devices()[0]
+        self.hits = 0
+        jax.monitoring.register_event_listener(self._event)  # the persistent cache's hits, as jax counts them
+
+    def _event(self, event: str, **kwargs) -> None:
+        self.hits += event == "/jax/compilation_cache/cache_hits"
+
+    def cache_hits(self) -> int:
+        return self.hits
 
     def configure(self, setup: Setup) -> str:
         if setup.memory_format != "nhwc" or setup.compile_mode != "default":

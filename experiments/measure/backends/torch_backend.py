@@ -132,6 +132,10 @@ class Backend:
         a = torch.full((n, n), 1 / n, dtype=dtype(self.setup.precision), device=self.device)
         return Step(lambda: a @ a, sync_of(self.device), device_of)
 
+    def cache_hits(self) -> int:
+        counters = torch._dynamo.utils.counters  # FX graphs (Inductor) and joint graphs (AOTAutograd) from the cache
+        return counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
