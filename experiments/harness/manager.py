@@ -4,8 +4,11 @@ A crash, an OOM kill or a hang fails only the point it hit; a new worker measure
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -13,15 +16,19 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from experiments.common.config import ALLOCATORS, ROOT
 from experiments.common.protocol import PointResult, Request, Setup
 
 WORKER = "experiments.measure.worker"  # the worker's entry point, run as a module
+SERVER = "experiments.measure.server"  # the fork server's
 
 
-def env(allocator: str = "system") -> dict[str, str]:
-    """The worker's environment: this one, plus the suite on the path, no GPU preallocation and the allocator."""
-    out = dict(os.environ) | ALLOCATORS[allocator] | {"NNBENCH_ALLOCATOR": allocator}
+def env(allocator: str = "system", cache: Path | None = None) -> dict[str, str]:
+    """The worker's environment: this one, plus the suite on the path, no GPU preallocation, the allocator and the
+    compile cache (`cache_env`)."""
+    out = dict(os.environ) | ALLOCATORS[allocator] | {"NNBENCH_ALLOCATOR": allocator} | cache_env(cache)
     out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # never take 75% of a shared GPU
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), out.get("PYTHONPATH")]))
     return out
@@ -35,9 +42,130 @@ def exit_reason(rc: int, who: str = "worker") -> str:
     return f"{who} exited with code {rc}"
 
 
+def cache_env(directory: Path | None) -> dict[str, str]:
+    """Where the worker's compilers keep what they compiled: `directory` (the sweep's, per environment and host), so
+    a point's later processes load what its first one compiled; None: no compiled-graph cache at all."""
+    if directory is None:
+        return {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+                "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(directory / "jax"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the default, 1 s, skips every seed model's compile
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        "TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),  # not the machine-wide /tmp/torchinductor_<user>
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+
+
+class Spawned:
+    """A worker started as a fresh interpreter, `python -m experiments.measure.worker REQUEST RESULTS`, in its own
+    session (so a kill reaches whatever it started)."""
+
+    def __init__(self, python: str, environ: dict[str, str], request: Path, results: Path, log: Path):
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([python, "-m", WORKER, str(request), str(results)], cwd=ROOT, env=environ,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit code, once it has ended within `timeout` seconds; else None."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        stop(self.proc)
+
+
+class ServerUnavailable(Exception):
+    """The fork server could not start fresh workers; the message says why (the job spawns them instead)."""
+
+
+class ForkServer:
+    """One job's fork server (`measure/server.py`): started once, in the job's interpreter and environment, it pays
+    the interpreter's start and the framework's imports once and forks a fresh worker per process (`Forked`)."""
+
+    def __init__(self, python: str, framework: str, environ: dict[str, str], log: Path, timeout_s: float = 120):
+        with open(log, "w") as err:
+            self.proc = subprocess.Popen([python, "-m", SERVER, framework], cwd=ROOT, env=environ,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         start_new_session=True)
+        self.buffer = b""
+        hello = self.read(timeout_s)
+        if not hello or not hello.get("ready"):
+            self.close()
+            why = (hello or {}).get("problem") or log.read_text(errors="replace").strip().splitlines()[-1:] or \
+                ["no answer"]
+            raise ServerUnavailable(why if isinstance(why, str) else why[0])
+
+    def read(self, timeout: float) -> dict | None:
+        """The server's next message within `timeout` seconds; None if none came; {"eof": True} once it is gone."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                return None
+            data = os.read(self.proc.stdout.fileno(), 65536)
+            if not data:
+                return {"eof": True}
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def start(self, request: Path, results: Path, log: Path) -> "Forked":
+        try:
+            self.proc.stdin.write((json.dumps({"request": str(request), "results": str(results), "log": str(log)})
+                                   + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise ServerUnavailable(f"the fork server is gone ({e})") from None
+        started = self.read(60)
+        if not started or "pid" not in started:
+            raise ServerUnavailable("the fork server did not start a worker")
+        return Forked(self, started["pid"])
+
+    def close(self) -> None:
+        """Stop the server (and any worker it still has): end its requests, then kill its session if need be."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stop(self.proc)
+
+
+class Forked:
+    """A worker the fork server forked: a fresh process, in the server's process group."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server, self.pid = server, pid
+
+    def wait(self, timeout: float) -> int | None:
+        msg = self.server.read(timeout)
+        if msg is None:
+            return None
+        if msg.get("eof"):  # the server itself died (an OOM kill takes the largest: often the worker's server)
+            return -signal.SIGKILL
+        return msg["rc"]
+
+    def kill(self) -> None:
+        """Kill the worker and whatever it started, and let the server reap it."""
+        with contextlib.suppress(psutil.Error):
+            worker = psutil.Process(self.pid)
+            for p in [*worker.children(recursive=True), worker]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+        self.wait(30)
+
+
+Worker = Spawned | Forked
+
+
 def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.executable,
-        on_result: Callable[[PointResult], None] = lambda r: None, allocator: str = "system") -> list[PointResult]:
-    """Measure all points, one worker at a time; a crash or timeout fails only the point it happened in.
+        on_result: Callable[[PointResult], None] = lambda r: None, allocator: str = "system",
+        cache: Path | None = None, server: ForkServer | None = None) -> list[PointResult]:
+    """Measure all points, one worker at a time (forked by `server`, else spawned); a crash or timeout fails only
+    the point it happened in, and a new worker measures the rest.
 
     Each result is handed to `on_result` as soon as the worker writes it.
     """
@@ -56,15 +184,17 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
         request_path.write_text(dataclasses.replace(request, points=points[len(out):]).to_json())
         log_path = job_dir / f"worker-{attempt}.log"
         offset = results_path.stat().st_size if results_path.exists() else 0
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([python, "-m", WORKER, str(request_path), str(results_path)],
-                                    cwd=ROOT, env=env(allocator), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                reason = watch(proc, results_path, offset, timeout_s, take)
-            except BaseException:  # a harness error or an interrupt: never leave the worker measuring
-                stop(proc)
-                raise
+        worker: Worker | None = None
+        try:
+            worker = server.start(request_path, results_path, log_path) if server else None
+        except ServerUnavailable:
+            server = None  # spawn the rest
+        worker = worker or Spawned(python, env(allocator, cache), request_path, results_path, log_path)
+        try:
+            reason = watch(worker, results_path, offset, timeout_s, take)
+        except BaseException:  # a harness error or an interrupt: never leave the worker measuring
+            worker.kill()
+            raise
         if len(out) < len(points):
             tail = log_path.read_text(errors="replace")[-3000:]
             take(PointResult(points[len(out)].batch_size, failure=reason or "worker ended without a result",
@@ -72,15 +202,12 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
     return out
 
 
-def watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
+def watch(worker: Worker, results: Path, offset: int, timeout_s: float,
           take: Callable[[PointResult], None]) -> str | None:
     """Pass on new results while the worker runs; each point gets timeout_s from the end of the previous one."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            rc = proc.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc = worker.wait(0.5)
         lines, offset = new_lines(results, offset)
         for line in lines:
             take(PointResult.from_json(line))
@@ -88,12 +215,12 @@ def watch(proc: subprocess.Popen, results: Path, offset: int, timeout_s: float,
         if rc is not None:
             return None if rc == 0 else exit_reason(rc)
         if time.monotonic() > deadline:
-            stop(proc)
+            worker.kill()
             return f"timed out: no result within bench.timeout_s={timeout_s:g} s"
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """Kill the worker and whatever it started (its own session), and reap it."""
+    """Kill a process and whatever it started (its own session), and reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

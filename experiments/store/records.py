@@ -15,6 +15,7 @@ from experiments.common.job import Job
 from experiments.common.protocol import OpResult, Point, PointResult, metric_fields
 from experiments.measure.environment import fingerprint, suite_record
 from experiments.measure.flops import achieved_tflops
+from experiments.measure.machine import MachineCheck
 from experiments.measure.peaks import vendor_tflops
 from experiments.measure.stats import summarize
 
@@ -87,9 +88,10 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def build(job: Job, point: Point, results: list[PointResult]) -> Record:
+def build(job: Job, point: Point, results: list[PointResult], machine: MachineCheck | None = None) -> Record:
     """point: its batch size and ops; results: the point as each worker process reported it (or why it could not).
-    A failure in any process fails the point; its samples are kept."""
+    A failure in any process fails the point; its samples are kept. `machine`: the sweep's machine check, for the
+    hint of an unstable point."""
     model, prec, run_mode, bs = job.model, job.precision, job.mode, point.batch_size
     ok = [r for r in results if r.failure is None]
     params = {
@@ -104,7 +106,7 @@ def build(job: Job, point: Point, results: list[PointResult]) -> Record:
     env = ok[0].environment if ok else {}
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
             "point_key": point_key(job, point)}
-    metrics, samples = measured(point, ok, tags)
+    metrics, samples = measured(point, ok, tags, machine)
     failed = [r for r in results if r.failure is not None]
     if failed:
         outcome, metrics = "failed", {}
@@ -113,7 +115,7 @@ def build(job: Job, point: Point, results: list[PointResult]) -> Record:
     else:
         outcome = "ok" if samples else "skipped"
     tags["outcome"] = outcome
-    metrics |= {"param_count": float(params["param_count"])} | machine(ok)
+    metrics |= {"param_count": float(params["param_count"])} | machine_numbers(ok)
     rec = Record(run_name=run_name(job, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
                  params=params, metrics=metrics, tags=tags, config=job.cfg, samples=samples,
                  stderr=failed[0].stderr_tail if failed else "")
@@ -121,7 +123,7 @@ def build(job: Job, point: Point, results: list[PointResult]) -> Record:
     return rec
 
 
-def machine(results: list[PointResult]) -> dict[str, float]:
+def machine_numbers(results: list[PointResult]) -> dict[str, float]:
     """The machine's numbers over the point's processes (the median: the load average moves between them)."""
     keys = set().union(*(r.machine for r in results)) if results else set()
     return {k: statistics.median(r.machine[k] for r in results if k in r.machine) for k in sorted(keys)}
@@ -143,7 +145,8 @@ def run_name(job: Job, point: Point) -> str:
     return f"{job.model} · {job.mode} · {job.precision} · bs{point.batch_size}{rep}"
 
 
-def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> tuple[dict, dict]:
+def measured(point: Point, results: list[PointResult], tags: dict[str, str],
+             machine: MachineCheck | None = None) -> tuple[dict, dict]:
     """Metrics and samples of the ops the processes measured; skip reasons and the noisy flag go to `tags`."""
     metrics: dict[str, float] = {}
     samples: dict[str, dict] = {}
@@ -172,7 +175,7 @@ def measured(point: Point, results: list[PointResult], tags: dict[str, str]) -> 
         tags["unstable"] = str(bool(shaky)).lower()
         if shaky:
             tags["unstable_ops"] = ",".join(shaky)
-            tags["unstable_hint"] = hint(metrics, shaky[0], tags["noisy"] == "true")
+            tags["unstable_hint"] = hint(metrics, shaky[0], tags["noisy"] == "true", machine)
     return metrics, samples
 
 
@@ -182,7 +185,7 @@ def unstable(metrics: dict[str, float], op: str) -> bool:
     return interval > UNSTABLE_INTERVAL or metrics.get(f"{op}_process_spread", 1.0) > UNSTABLE_SPREAD
 
 
-def hint(metrics: dict[str, float], op: str, noisy: bool) -> str:
+def hint(metrics: dict[str, float], op: str, noisy: bool, machine: MachineCheck | None = None) -> str:
     """What to do about an unstable point, in one line."""
     spread = metrics.get(f"{op}_process_spread", 1.0)
     lo, hi = metrics[f"{op}_ci95_low_s"], metrics[f"{op}_ci95_high_s"]
@@ -190,6 +193,9 @@ def hint(metrics: dict[str, float], op: str, noisy: bool) -> str:
     why = f"{op}: a re-run may read {lo * 1e3:.4g}–{hi * 1e3:.4g} ms{apart}"
     if noisy:
         return f"{why}; other processes used the CPU meanwhile: measure on a quiet machine"
+    if machine is not None and machine.noisy:
+        return (f"{why}; the machine itself drifts (a fixed loop's windows spread {machine.window_spread:.2f}×): "
+                "measure on a quieter machine, or more processes (bench.processes=10)")
     return f"{why}; the machine itself may be noisy: try bench=thorough, or more processes (bench.processes=10)"
 
 

@@ -8,13 +8,16 @@ lock file beside it while the sweep runs, so `upload` and later sweeps can tell 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from experiments.common.job import Job
 from experiments.common.protocol import Json
+from experiments.measure.machine import MachineCheck
 from experiments.store.records import META
 
 STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
@@ -34,6 +37,16 @@ class SweepState(Json):
     measurements: int | None = None  # points × processes: what the progress counts
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
     resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
+    machine: MachineCheck | None = None  # the machine check the sweep ran before its first job
+
+    def compile_cache(self, directory: Path, job: Job) -> Path | None:
+        """Where `job`'s workers keep what they compiled (runtime.compile_cache): in the sweep dir, per host and
+        environment, so nothing leaks across sweeps, interpreters or nodes (and the path is no part of the
+        fingerprint)."""
+        if not job.compile_cache:
+            return None
+        env = job.fingerprint or hashlib.sha256(f"{job.python}|{job.framework}|{job.allocator}".encode()).hexdigest()
+        return directory / "compile-cache" / f"{socket.gethostname()}-{env[:16]}"
 
     def todo(self, job: Job, number: int) -> Job:
         """The job without the points that resume=true found FINISHED in the store."""

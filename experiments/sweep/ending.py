@@ -87,6 +87,10 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     c = o.counts
     metrics = {"points_finished": c["ok"], "points_skipped": c["skipped"], "points_failed": c["failed"],
                "points_interrupted": c["interrupted"]} | ({"sweep_wall_s": wall_s} if wall_s is not None else {})
+    tags = {f"machine_{k}": v for k, v in state.machine.facts.items()} if state.machine else {}
+    if state.machine:
+        metrics |= state.machine.metrics()
+        tags["machine_noisy"] = str(state.machine.noisy).lower()
     note = f"**{o.line()}**: no point was measured" if t.empty else ""
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
@@ -96,7 +100,7 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
             if show:
                 print(tables.markdown(tables.summary(t, baseline)))
         tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
-                               answer.environment(runs))
+                               answer.environment(runs) | tags)
     return len(runs)
 
 

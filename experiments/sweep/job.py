@@ -70,11 +70,13 @@ def run(cfg: DictConfig) -> None:
 
     recs: list[records.Record] = []
     kept: list[tuple[records.Record, Path]] = []
+    spent: dict[str, float] = {}
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            recs = points.run_job(this, out, on_measured, sweep.directory / PEAKS, after_worker=log_kept)
-        times = points.JobTimes(time.perf_counter() - start, points.measuring_s(recs), len(recs))
+            recs = points.run_job(this, out, on_measured, sweep.directory / PEAKS, after_worker=log_kept,
+                                  cache=state.compile_cache(sweep.directory, this), machine=state.machine, spent=spent)
+        times = points.JobTimes(time.perf_counter() - start, points.measuring_s(recs), len(recs), **spent)
         (out / points.TIMES).write_text(times.to_json())
         log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, times.fixed_s, times.points)

@@ -2,19 +2,24 @@
 its last process, saved in its dir and handed on to be logged. Parent side."""
 from __future__ import annotations
 
+import logging
+import time
 import traceback
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import yaml
 
 from experiments.common.job import Job
-from experiments.common.protocol import Json, Point, PointResult
+from experiments.common.protocol import Json, Point, PointResult, Request
 from experiments.harness import external, manager
+from experiments.measure.machine import MachineCheck, prior
 from experiments.store import records
 
+log = logging.getLogger("nnbench")
 TIMES = "job.json"
 
 
@@ -25,6 +30,13 @@ class JobTimes(Json):
     wall_s: float
     measuring_s: float  # inside the timing harness: first calls, warm-up and samples
     points: int
+    op_points: int = 0  # ops measured, counted once per process: what the sampling floor multiplies
+    server_s: float = 0.0  # starting the fork server: the interpreter and the framework's imports, once
+    startup_s: float = 0.0  # the workers' starts to their first op (a spawned worker's imports)
+    first_calls_s: float = 0.0  # compiles (or cache loads) and first runs
+    warmup_s: float = 0.0
+    sampling_s: float = 0.0
+    logging_s: float = 0.0  # plots and the store, between workers
 
     @property
     def fixed_s(self) -> float:
@@ -36,7 +48,8 @@ Measured = Callable[[Point, int, PointResult, "records.Record | None", "Path | N
 
 
 def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, peaks: Path | None = None,
-            after_worker: Callable[[], None] = lambda: None) -> list[records.Record]:
+            after_worker: Callable[[], None] = lambda: None, cache: Path | None = None,
+            machine: MachineCheck | None = None, spent: dict[str, float] | None = None) -> list[records.Record]:
     """Measure every point of the job in `bench.processes` fresh workers, one after another; each worker
     measures every point, so a point's processes are interleaved with the others' points.
 
@@ -46,46 +59,99 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     for `after_worker`, called once each worker has ended: logging beside a worker took up to a core
     (its points read `noisy`, 0.8-1.0 other cores, 56 ms for a 0.6 ms call). Measurement faults become failed
     records; nothing raises but an interrupt.
+
+    `cache`: the sweep's compile cache for this job's environment (None: none). Workers are forked by one fork
+    server per job (runtime.start=fork) or spawned. Each process stops sampling an op once more samples cannot
+    narrow its re-run interval: its CI is a fraction of the spread between the processes so far (`between`), or of
+    a prior before two processes have measured: bench.between_prior, or the `machine` check's drift if larger.
+    `spent` receives where the time went (JobTimes' fields).
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(yaml.safe_dump(job.cfg, sort_keys=False))
     if not job.points:  # resume=true found them all in the store
         return []
-    n = job.processes
+    n, server, spent = job.processes, None, {} if spent is None else spent
+    t0 = time.perf_counter()
     if job.framework == "external":  # a runner in any language, in the worker's place
         measure = partial(external.run, template=job.external_command, name=job.external_name)
     else:
-        measure = partial(manager.run, python=job.python, allocator=job.allocator)
+        environ = manager.env(job.allocator, cache)
+        if job.start == "fork":
+            try:
+                server = manager.ForkServer(job.python, job.framework, environ, job_dir / "server.log")
+            except manager.ServerUnavailable as e:
+                log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
+        measure = partial(manager.run, python=job.python, allocator=job.allocator, cache=cache, server=server)
+    spent["server_s"], spent["logging_s"] = time.perf_counter() - t0, 0.0
+
+    def logged() -> None:
+        t = time.perf_counter()
+        after_worker()
+        spent["logging_s"] += time.perf_counter() - t
+
     results: list[list[PointResult]] = [[] for _ in job.points]
     recs: list[records.Record] = []
-    request = job.request(peaks and peaks.resolve())
-    for r in range(n):
-        order = iter(range(len(job.points)))  # a worker reports its points in order
-
-        def take(result: PointResult, r: int = r) -> None:
-            i = next(order)
-            results[i].append(result)
-            if r < n - 1:
-                return on_measured(job.points[i], r, result, None, None)
-            try:
-                rec = records.build(job, job.points[i], results[i])
-            except Exception:  # a harness bug fails this point, not the sweep
-                failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
-                rec = records.build(job, job.points[i], [failed])
-            directory = job_dir / "points" / rec.slug
-            rec.save(directory)
-            recs.append(rec)
-            on_measured(job.points[i], r, result, rec, directory)
-
-        try:
-            measure(request, job_dir / f"process-{r}", job.timeout_s, on_result=take)
-        except Exception:  # a harness bug must not stop the sweep either
-            reason = traceback.format_exc()
-            for p in [p for p, got in zip(job.points, results) if len(got) == r]:
-                take(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
-        finally:
-            after_worker()
+    try:
+        for r in range(n):
+            spread = between(results, {op for p in job.points for op in p.ops},
+                             prior(machine, job.budget.between_prior))
+            request = job.request(peaks and peaks.resolve(), spread)
+            measure_process(job, job_dir, r, request, results, recs, measure, on_measured, logged, machine)
+    finally:
+        if server is not None:
+            server.close()
+        ms = [o.measurement for per_point in results for r in per_point for o in r.ops.values() if o.measurement]
+        spent |= {"op_points": len(ms), "startup_s": sum(r.startup_s or 0 for p in results for r in p),
+                  "first_calls_s": sum(m.first_call_s for m in ms if m.first_call_s == m.first_call_s),  # NaN: a runner
+                  "warmup_s": sum(m.warmup_s for m in ms),
+                  "sampling_s": sum(m.sampling_s for m in ms)}
     return recs
+
+
+def between(results: list[list[PointResult]], ops: set[str], prior: float) -> dict[str, float]:
+    """Per op, the spread between processes so far: the median over the job's points of the SD of the log of
+    their process medians, where some point has two; else `prior`."""
+    spreads: dict[str, list[float]] = {op: [] for op in ops}
+    for per_point in results:
+        for op in ops:
+            medians = [float(np.median(r.ops[op].measurement.samples_s)) for r in per_point
+                       if op in r.ops and r.ops[op].status == "ok"]
+            if len(medians) >= 2:
+                spreads[op].append(float(np.std(np.log(medians), ddof=1)))
+    return {op: float(np.median(sds)) if sds else prior for op, sds in spreads.items()}
+
+
+def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: list[list[PointResult]],
+                    recs: list[records.Record], measure: Callable, on_measured: Measured,
+                    after_worker: Callable[[], None], machine: MachineCheck | None = None) -> None:
+    """Process r of every point of the job: one worker measures them all, in order. After the last process each
+    point's record is built and saved."""
+    n = job.processes
+    order = iter(range(len(job.points)))  # a worker reports its points in order
+
+    def take(result: PointResult) -> None:
+        i = next(order)
+        results[i].append(result)
+        if r < n - 1:
+            return on_measured(job.points[i], r, result, None, None)
+        try:
+            rec = records.build(job, job.points[i], results[i], machine)
+        except Exception:  # a harness bug fails this point, not the sweep
+            failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
+            rec = records.build(job, job.points[i], [failed])
+        directory = job_dir / "points" / rec.slug
+        rec.save(directory)
+        recs.append(rec)
+        on_measured(job.points[i], r, result, rec, directory)
+
+    try:
+        measure(request, job_dir / f"process-{r}", job.timeout_s, on_result=take)
+    except Exception:  # a harness bug must not stop the sweep either
+        reason = traceback.format_exc()
+        for p in [p for p, got in zip(job.points, results) if len(got) == r]:
+            take(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
+    finally:
+        after_worker()
 
 
 def summary(rec: records.Record) -> str:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from experiments.common.job import Job
+from experiments.measure.machine import check
 from experiments.store import records
 from experiments.store.sweepdir import Sweep, SweepState, without
 from experiments.sweep import interrupts
@@ -38,6 +39,10 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
 
     global ACTIVE
+    seconds = max((j.cfg["bench"].get("machine_check_s", 0) for j in jobs), default=0) if jobs else 1.0
+    machine = check(seconds) if seconds > 0 else None  # before any worker: nothing of ours runs meanwhile
+    if machine is not None:
+        log.info("%s", machine.line())
     with interrupts.deferred():  # a signal here must not leave a parent run without a state file
         exp_id = tracking.open_store(uri, experiment)
         repair.close_stale(uri, exp_id)
@@ -50,7 +55,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
         measurements = sum(len(j.points) * j.processes for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
-        state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed)
+        state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
+                           machine=machine)
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:

@@ -1,0 +1,55 @@
+"""Workers forked by a job's fork server are as fresh as spawned ones for what is measured: nothing started before
+the fork (no thread, no XLA backend, no OpenMP pool), one compile per process, no import in a timed window."""
+import subprocess
+import sys
+
+import pytest
+
+from experiments.common.config import bench_budget
+from experiments.common.protocol import Point, Request, Setup
+from experiments.harness import manager
+from tests.helpers import FORMAT, ROOT
+
+
+def request(framework: str, compile: bool) -> Request:
+    return Request(framework, Setup("fp32", "cpu", compile=compile, memory_format=FORMAT[framework]),
+                   {"name": "lenet"}, 0, bench_budget("quick"), (Point(2, ("inference",)), Point(8, ("inference",))))
+
+
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
+    """The server is ready only once it has checked that nothing runs yet; each forked worker then sets its
+    framework up itself, compiles once, and takes few page faults per timed call."""
+    env = manager.env("glibc", tmp_path / "cache")
+    server = manager.ForkServer(sys.executable, framework, env, tmp_path / "server.log")
+    try:
+        forked = manager.run(request(framework, framework == "jax"), tmp_path / "fork", 120, server=server)
+    finally:
+        server.close()
+    assert server.proc.returncode == 0  # it ended when its requests did
+    spawned = manager.run(request(framework, framework == "jax"), tmp_path / "spawn", 120, cache=tmp_path / "cache")
+    for got in (forked, spawned):
+        assert [r.failure for r in got] == [None, None]
+        for r in got:
+            op = r.ops["inference"]
+            assert op.device == "cpu" and op.compiles == (1 if framework == "jax" else None)
+    for f, s in zip(forked, spawned):  # copy-on-write pages or a lazy import would fault in the timed calls
+        fork_faults, spawn_faults = (r.ops["inference"].page_faults_per_call for r in (f, s))
+        assert fork_faults <= 2 * spawn_faults + 5, (fork_faults, spawn_faults)
+    assert forked[0].startup_s < spawned[0].startup_s  # the fork paid no interpreter start and no imports
+
+
+def test_the_server_refuses_to_fork_once_something_runs():
+    """A started XLA backend (its thread pools) or a second Python thread would be copied into every worker."""
+    code = ("import threading, jax\nfrom experiments.measure import server\nprint(server.problem('jax'))\n"
+            "jax.devices()\nprint(server.problem('jax'))\n"
+            "threading.Thread(target=lambda: __import__('time').sleep(2), daemon=True).start()\n"
+            "print(server.problem('torch'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["None", "the XLA backend started before fork", "2 Python threads before fork"]
+
+
+def test_a_server_that_cannot_start_is_one_line_and_the_job_spawns(tmp_path, fake_python):
+    """An interpreter that can't run the server (here a stand-in): ServerUnavailable, and run() spawns instead."""
+    with pytest.raises(manager.ServerUnavailable):
+        manager.ForkServer(fake_python, "torch", manager.env(), tmp_path / "server.log", timeout_s=30)

@@ -1,0 +1,40 @@
+"""The sweep's compile cache: a point's first process compiles cold, the later ones load, each still compiles (or
+loads) exactly once, and first_call_s is the cold one."""
+import pytest
+
+from experiments.sweep import points, preflight
+
+
+def job(make_cfg, *overrides):
+    return preflight.check(preflight.as_dict(make_cfg("model=lenet", "bench=quick", "bench.processes=3",
+                                                      "ops=[inference]", "batch_size=8", *overrides)))
+
+
+def check_cache(this, tmp_path):
+    cache = tmp_path / "compile-cache"
+    recs = points.run_job(this, tmp_path / "job", cache=cache)
+    (rec,) = recs
+    runs = rec.samples["inference"]["processes"]
+    assert len(runs) == 3
+    assert rec.metrics["inference_compiles"] == 1  # every process compiled or loaded once: no recompile
+    assert rec.metrics["inference_compile_cache_hits"] >= 2  # the later processes loaded from the cache
+    assert rec.metrics["inference_first_call_s"] == runs[0]["first_call_s"]  # the cold one
+    warm = sorted(r["first_call_s"] for r in runs[1:])
+    assert rec.metrics["inference_first_call_warm_s"] == pytest.approx(sum(warm) / 2)
+    return cache
+
+
+def test_jax_loads_what_the_first_process_compiled(tmp_path, make_cfg):
+    cache = check_cache(job(make_cfg, "framework=jax"), tmp_path)
+    assert any((cache / "jax").iterdir())
+
+
+@pytest.mark.slow
+def test_torch_compile_loads_what_the_first_process_compiled(tmp_path, make_cfg):
+    cache = check_cache(job(make_cfg, "framework=torch", "framework.compile=true"), tmp_path)
+    assert any((cache / "inductor").iterdir())
+
+
+def test_no_cache_means_every_process_compiles(tmp_path, make_cfg):
+    recs = points.run_job(job(make_cfg, "framework=jax", "runtime.compile_cache=false"), tmp_path / "job", cache=None)
+    assert recs[0].metrics["inference_compile_cache_hits"] == 0
