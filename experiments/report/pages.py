@@ -1,0 +1,51 @@
+"""Report pages: report.md (PNGs beside it), a self-contained report.html, summary.csv and the plots, for a sweep's
+parent run and for `nnbench compare --out`. Parent side."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.common.config import DEFAULT_BASELINE
+from experiments.report.changes import changes_markdown
+from experiments.report.plots import plot_lines, plot_speedup, plot_trend
+from experiments.report.tables import markdown, summary
+
+def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "") -> None:
+    """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded)."""
+    (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n"
+                                   + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
+    imgs = "".join(f'<h3>{p.stem}</h3><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                   for p in pngs)
+    html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}")
+    (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+                                     f"<h1>{title}</h1>{html_table}<pre>{note}</pre>{imgs}</body></html>")
+
+
+def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report") -> dict:
+    """report.md, report.html, summary.csv and the PNGs; returns {name: path}."""
+    out.mkdir(parents=True, exist_ok=True)
+    s = summary(t, baseline)
+    s.to_csv(out / "summary.csv", index=False)
+    pngs = []
+    for (model, op), _ in t.groupby(["model", "op"], sort=True):
+        pngs += [plot_lines(t, model, op, out / f"time_{model}_{op}.png"),
+                 plot_lines(t, model, op, out / f"throughput_{model}_{op}.png", y="throughput_samples_per_s"),
+                 plot_lines(t, model, op, out / f"mfu_{model}_{op}.png", y="mfu")]
+    sp = plot_speedup(t, baseline, out / "speedup.png")
+    pngs = [p for p in [*pngs, sp] if p]
+    note = "" if sp else f"(no speedup chart: the baseline {baseline} is not in this selection)"
+    pages(out, title, s, markdown(s), pngs, note)
+    (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
+    return {p.name: p for p in out.iterdir()}
+
+
+def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: str) -> None:
+    """report.md/html with the verdict table and a trend plot per (model, op); changes.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    c.to_csv(out / "changes.csv", index=False)
+    pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
+            for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
+    pages(out, title, c, changes_markdown(c), pngs)

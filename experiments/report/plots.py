@@ -1,0 +1,107 @@
+"""Plots from the tables: seed 000's log2-log2 pictures, speedup bars, a run's samples and trends across versions.
+The only module that imports matplotlib (its Agg backend: no display). Parent side."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.report.changes import ordered, with_value  # noqa: E402
+from experiments.report.tables import series, speedups  # noqa: E402
+
+YLABELS = {"median_s": "Time per call (s) (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
+           "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
+
+
+def figure_title(model: str, op: str) -> str:
+    return f"{'Training step' if op == 'training' else op.capitalize()}: {model}"
+
+
+def plot_lines(t: pd.DataFrame, model: str, op: str, path: Path, y: str = "median_s") -> Path | None:
+    """Seed 000's picture: y vs batch size on log2-log2 axes, one line per variant, p25-p75 band (None: no line,
+    as for MFU where no run has a FLOP count)."""
+    lines = series(t, model, op, y)
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for variant, d in lines.items():
+        (line,) = ax.plot(d["batch_size"], d["y"], marker="o", linewidth=2, label=variant)
+        ax.fill_between(d["batch_size"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    sizes = sorted({b for d in lines.values() for b in d["batch_size"]})
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set_xlabel("Batch size (log2 scale)")
+    ax.set_ylabel(YLABELS[y])
+    ax.set_title(figure_title(model, op) + {"median_s": "", "mfu": " (MFU)"}.get(y, " (throughput)"), fontweight="bold")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left" if y == "median_s" else "lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_speedup(t: pd.DataFrame, baseline: str, path: Path) -> Path | None:
+    """Bars of speedup against the baseline per (model, op, batch size), one bar per variant."""
+    s = speedups(t, baseline)
+    s = s[s["variant"] != baseline]
+    if s.empty:
+        return None
+    s["point"] = s["model"] + " " + s["op"] + " bs" + s["batch_size"].astype(str)
+    wide = s.pivot_table(index="point", columns="variant", values="speedup", sort=False)
+    ax = wide.plot.barh(figsize=(8, max(3, 0.35 * len(wide) * max(1, len(wide.columns)))))
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xlabel(f"Speedup vs {baseline} (× , higher is faster)")
+    ax.set_ylabel("")
+    ax.invert_yaxis()
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=100)
+    plt.close(ax.figure)
+    return path
+
+
+def plot_samples(samples: dict, path: Path) -> Path:
+    """Per-run check of noise: each op's samples in time order, and their histogram."""
+    fig, axes = plt.subplots(len(samples), 2, figsize=(9, 2.6 * len(samples)), squeeze=False)
+    for (op, d), (ax_t, ax_h) in zip(samples.items(), axes):
+        ms = [v * 1e3 for v in d["samples_s"]]
+        ax_t.plot(ms, marker=".", linewidth=0.8)
+        procs = len(d.get("processes", [d]))
+        ax_t.set_title(f"{op}: {len(ms)} samples of {d['block']} call(s), {procs} process(es) in turn", fontsize=9)
+        ax_t.set_xlabel("sample")
+        ax_t.set_ylabel("ms per call")
+        ax_h.hist(ms, bins=min(40, max(5, len(ms) // 3)))
+        ax_h.set_xlabel("ms per call")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
+    """Median per call against `by` (ordered as in `changes`): a dot per run, a line through the medians."""
+    t, first_seen = with_value(t[(t["model"] == model) & (t["op"] == op)], by)
+    values = ordered(list(t[by].unique()), first_seen)
+    x = {v: i for i, v in enumerate(values)}
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for (variant, bs), g in t.groupby(["variant", "batch_size"]):
+        mid = g.groupby(by)["median_s"].median()
+        mid = mid.iloc[mid.index.map(x).argsort()]
+        (line,) = ax.plot(mid.index.map(x), mid.values, marker="o", label=f"{variant} bs{bs}")
+        ax.scatter(g[by].map(x), g["median_s"], color=line.get_color(), alpha=0.5, s=12)
+    ax.set_xticks(range(len(values)), values, rotation=20)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(by)
+    ax.set_ylabel("Time per call (s) (log2 scale)")
+    ax.set_title(f"{figure_title(model, op)} across {by}", fontweight="bold")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
