@@ -16,10 +16,11 @@ from experiments.common.errors import BAD_INPUT, BadInput, error_line
 
 # name: (module, one line for `nnbench --help`)
 COMMANDS = {
-    "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots; --by judges changes"),
+    "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots"),
     "export": ("experiments.cli.export", "print a store's medians as seed 000's TIMING/METADATA lines"),
     "import": ("experiments.cli.import_", "log a file of TIMING/METADATA lines as runs"),
     "upload": ("experiments.cli.upload", "log the points kept on disk that the store lacks, and close their sweeps"),
+    "history": ("experiments.cli.history", "follow each point along a version, date or commit: its change points"),
     "venv": ("experiments.cli.venv", "make a measuring environment with some packages pinned"),
     "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),

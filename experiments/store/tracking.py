@@ -196,12 +196,19 @@ def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: s
     return found
 
 
-def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]) -> str:
-    """The parent run that groups a sweep's points."""
+def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str], parent_run_id: str | None = None,
+                 kind: str = "sweep") -> str:
+    """A parent run: a sweep's (its points go under it), or `versions`', `bisect`'s or `history`'s (tagged
+    `nnbench.<kind>`); nested under `parent_run_id` where given (a sweep that `versions` or `bisect` started)."""
     client = MlflowClient(uri)
-    run = client.create_run(experiment_id, run_name=name, tags={"nnbench.sweep": "true"})
+    tags = {f"nnbench.{kind}": "true"} | ({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
     return run.info.run_id
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
 
 def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED") -> None:
