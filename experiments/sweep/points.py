@@ -53,7 +53,7 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
         return []
     n = job.processes
     if job.framework == "external":  # a runner in any language, in the worker's place
-        measure = partial(external.run, template=job.external_command, name=job.external_name)
+        measure = partial(external.run, template=job.external_command, name=job.external_name, python=job.python)
     else:
         measure = partial(manager.run, python=job.python, allocator=job.allocator)
     results: list[list[PointResult]] = [[] for _ in job.points]
