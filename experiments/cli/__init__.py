@@ -25,7 +25,7 @@ COMMANDS = {
     "bisect": ("experiments.cli.bisect", "find the release at which a point changed"),
     "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
-    "calibrate": ("experiments.selfcheck.calibrate", "self-check: how often a re-run lands inside the interval"),
+    "calibrate": ("experiments.selfcheck.calibrate", "self-check: interval coverage, false alarms and detection"),
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
     "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: the GPU path end to end (needs a GPU)"),
 }
