@@ -16,16 +16,18 @@ from experiments.common.errors import BAD_INPUT, BadInput, error_line
 
 # name: (module, one line for `nnbench --help`)
 COMMANDS = {
-    "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots; --by judges changes"),
+    "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots"),
     "export": ("experiments.cli.export", "print a store's medians as seed 000's TIMING/METADATA lines"),
     "import": ("experiments.cli.import_", "log a file of TIMING/METADATA lines as runs"),
     "ui": ("experiments.cli.ui", "open the MLflow UI on a store and print the runs table and the latest sweep"),
     "upload": ("experiments.cli.upload", "log the points kept on disk that the store lacks, and close their sweeps"),
-    "venv": ("experiments.cli.venv", "make a measuring environment with some packages pinned"),
+    "history": ("experiments.cli.history", "follow each point along a version, date or commit: its change points"),
+    "versions": ("experiments.cli.versions", "measure a sweep in one cached environment per package version"),
+    "bisect": ("experiments.cli.bisect", "find the release at which a point changed"),
     "sciml": ("experiments.cli.sciml", "check a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
     "check": ("experiments.selfcheck.check", "self-check: the machine's own noise (a fixed loop's drift, load, CPU)"),
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
-    "calibrate": ("experiments.selfcheck.calibrate", "self-check: how often a re-run lands inside the interval"),
+    "calibrate": ("experiments.selfcheck.calibrate", "self-check: interval coverage, false alarms and detection"),
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
     "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: the GPU path end to end (needs a GPU)"),
 }
@@ -74,9 +76,15 @@ def parser(chosen: str | None = None) -> tuple[Parser, Parser | None]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    argv, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     chosen = next((a for a in argv if not a.startswith("-")), None)
     top, mine = parser(chosen if chosen in COMMANDS else None)
     args, extra = top.parse_known_args(argv)
+    if "overrides" in vars(args):  # a command that runs a sweep: its overrides, wherever they are, and after --
+        args.overrides += [x for x in extra if not x.startswith("-")] + rest
+        extra = [x for x in extra if x.startswith("-")]
+    elif rest:
+        extra.append("-- " + " ".join(rest))
     if extra:  # said by the command's own parser, which names the command
         (mine or top).error(f"unrecognized arguments: {' '.join(extra)}")
     try:

@@ -1,9 +1,15 @@
 """What the `nnbench` commands share: the run selection (`key=value`, `--filter`, `--sweep`, `--uri`,
-`--experiment`, `--exclude-noisy`) and the store option, read the same way by every command that takes them."""
+`--experiment`, `--exclude-noisy`) and the store option, read the same way by every command that takes them; and
+for `versions` and `bisect`, where environments come from and the sweep they run across them."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+from experiments.common.config import ROOT
 from experiments.common.errors import BadInput, first_line
 from experiments.store.select import filter_string
 from experiments.store.uris import DEFAULT_URI, store_uri
@@ -44,3 +50,67 @@ def select(a: argparse.Namespace):
         raise BadInput(f"no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
                        f"check the filters (nnbench {a.command} --help)")
     return t, uri, fs
+
+
+# Keys of a sweep that `nnbench versions` and `bisect` set themselves, and what to use instead.
+SET_BY_COMMAND = {"runtime.python": "it runs one environment per version", "repeat": "use --repeats",
+                  "mlflow.tracking_uri": "use --uri", "mlflow.experiment_name": "use --experiment",
+                  "mlflow.parent_run_id": "its own parent run holds the sweep"}
+
+
+def add_environments(p: argparse.ArgumentParser) -> None:
+    """Where the measuring environments come from: the index, the installer, the cache; and the store."""
+    p.add_argument("--index-url", help="the package index (default: pip's, else PyPI); a file:// index works")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="another index, e.g. one that serves nightlies (repeatable)")
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL",
+                   help="also look for packages here (repeatable)")
+    p.add_argument("--installer", choices=("uv", "pip"), help="default: uv when installed, else pip")
+    p.add_argument("--cache", type=Path, help="the environments' cache (default: $NNBENCH_ENV_CACHE, else "
+                                              "~/.cache/nnbench/envs)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds of the sweep, interleaved (repeat=0..N-1; default %(default)s)")
+    add_uri(p)
+    p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
+
+
+def environments(a: argparse.Namespace):
+    """(index, installer, cache) from the options; BadInput naming the fix."""
+    from experiments.harness import envs  # packaging and the installers: only for the commands that build
+
+    try:
+        index = envs.Index(a.index_url, tuple(a.find_links), tuple(a.extra_index_url))
+        return index, envs.installer(a.installer), a.cache or envs.cache_root()
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def sweep_jobs(a: argparse.Namespace, uri: str):
+    """The sweep's jobs, composed and checked (the overrides, the store, this interpreter's probe) before anything
+    is built; BadInput naming the fix."""
+    from experiments.common.config import register  # Hydra is slow to import: only for the commands that sweep
+    from experiments.sweep import commandline
+
+    if a.repeats < 1:
+        raise BadInput(f"--repeats must be at least 1 (got {a.repeats})")
+    for o in a.overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key in SET_BY_COMMAND:
+            raise BadInput(f"{key} is set by nnbench {a.command}: {SET_BY_COMMAND[key]}")
+    register()
+    checked = commandline.explained(["-m", *a.overrides, f"mlflow.tracking_uri={uri}",
+                                     f"mlflow.experiment_name={a.experiment}"])
+    if checked is None or checked.jobs is None:
+        raise BadInput(f"nnbench {a.command} runs the basic sweeper's jobs: drop hydra/sweeper and the print flags")
+    return checked.jobs
+
+
+def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> int:
+    """The sweep across these interpreters, interleaved (runtime.python varies fastest), under `parent`; its exit code.
+    Its output goes to this terminal."""
+    quoted = ",".join(f"'{p}'" for p in pythons)
+    rounds = [f"repeat={','.join(map(str, range(a.repeats)))}"] if a.repeats > 1 else []
+    argv = [sys.executable, "-m", "experiments.run", "-m", *a.overrides, *rounds, f"runtime.python={quoted}",
+            f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}", f"mlflow.parent_run_id={parent}"]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(argv, env=env).returncode

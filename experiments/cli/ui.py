@@ -73,7 +73,8 @@ def links(uri: str, experiment_id: str, latest, port: int) -> None:
 
     print(f"runs table: {tracking.run_link(experiment_id, uri, port=port)}")
     if latest is not None:
-        print(f"latest sweep ({latest.info.run_name}): {tracking.run_link(experiment_id, uri, latest.info.run_id, port)}")
+        link = tracking.run_link(experiment_id, uri, latest.info.run_id, port)
+        print(f"latest sweep ({latest.info.run_name}): {link}")
     else:
         print("no sweep in this experiment yet: python -m experiments.run -m framework=jax,torch model=lenet")
 

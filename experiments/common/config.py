@@ -128,6 +128,7 @@ class BenchConf(Budget):
 class MlflowConf:
     tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db
     experiment_name: str = "nnbench"
+    parent_run_id: Optional[str] = None  # a sweep's parent run goes under this run (nnbench versions and bisect)
 
 
 @dataclass
@@ -144,7 +145,7 @@ class ExternalConf:
     can be set in the same sweep as jax and torch."""
 
     name: Optional[str] = None  # display name, e.g. Lux: the runs' mode
-    command: Optional[str] = None  # template with {model} {precision} {device} {ops} {batch_sizes}
+    command: Optional[str] = None  # template with {model} {precision} {device} {ops} {batch_sizes} {python}
 
 
 @dataclass

@@ -160,7 +160,7 @@ class OpResult(Json):
     compiles: int | None = metric(max)  # jit/torch.compile compilations over the whole measurement: 1 when sound
     compile_cache_hits: int | None = metric(sum)  # programs loaded from the sweep's compile cache, not compiled
     page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
-    peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU), see docs/measuring.md
+    peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU): docs/measuring.md
     background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
 
     def metrics(self) -> dict[str, float]:

@@ -2,7 +2,9 @@
 line protocol (TIMING, METADATA and nnbench's SAMPLES; see docs/protocol.md).
 
 The command template (`external.command`) is expanded per job with plain comma-separated values, split like a
-shell command line (no shell runs it) and started in the directory the sweep was started from.
+shell command line (no shell runs it) and started in the directory the sweep was started from. `{python}` is the
+measuring interpreter (`runtime.python`, else this one): a runner in Python then runs in the environment being
+measured, and an environment built by `nnbench versions` adds its spec and versions to the runs' record.
 """
 from __future__ import annotations
 
@@ -11,18 +13,20 @@ import shlex
 import shutil
 import string
 import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
 from experiments.common import sciml
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Request
 from experiments.harness import manager
+from experiments.measure.environment import spec_record
 from experiments.measure.stats import summarize
 
-PLACEHOLDERS = ("model", "precision", "device", "ops", "batch_sizes")
+PLACEHOLDERS = ("model", "precision", "device", "ops", "batch_sizes", "python")
 
 
-def check(template: str | None, name: str | None) -> None:
+def check(template: str | None, name: str | None, python: str = sys.executable) -> None:
     """Raise ValueError naming the fix for a missing name or command, an unknown placeholder or program."""
     if not name or not template:
         raise ValueError("framework=external needs external.name=NAME and external.command='PROGRAM ARGS' "
@@ -31,24 +35,27 @@ def check(template: str | None, name: str | None) -> None:
     if unknown := sorted(fields - set(PLACEHOLDERS)):
         raise ValueError(f"external.command has no placeholder {{{unknown[0]}}}: use "
                          + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
-    program = shlex.split(template)[0]
+    program = shlex.split(template.format(**dict.fromkeys(PLACEHOLDERS, "x") | {"python": python}))[0]
     if not shutil.which(program):
         raise ValueError(f"external.command runs {program!r}, which is not an executable on PATH or at that path")
 
 
-def command(template: str, request: Request) -> list[str]:
+def command(template: str, request: Request, python: str = sys.executable) -> list[str]:
     """The runner's argv for a job's points."""
     ops = dict.fromkeys(op for p in request.points for op in p.ops)
     values = {"model": request.model["name"], "precision": request.setup.precision, "device": request.setup.device,
-              "ops": ",".join(ops), "batch_sizes": ",".join(str(p.batch_size) for p in request.points)}
+              "ops": ",".join(ops), "batch_sizes": ",".join(str(p.batch_size) for p in request.points),
+              "python": python}
     return shlex.split(template.format(**values))
 
 
-def results(parsed: sciml.Parsed, name: str, model: str, points: tuple[Point, ...], device: str) -> list[PointResult]:
+def results(parsed: sciml.Parsed, name: str, model: str, points: tuple[Point, ...], device: str,
+            python: str = sys.executable) -> list[PointResult]:
     """One PointResult per point; a point whose ops the runner did not time fails, naming what is missing."""
     timings = {t.key: t.seconds for t in parsed.timings}
     samples = {s.key: list(s.seconds) for s in parsed.samples}
     env = {f"runner_{k.lower().replace(' ', '_')}": v for k, v in parsed.metadata.items()} | {"runner": name}
+    env |= spec_record(Path(python).parent.parent)  # the venv of bin/python: its spec, if nnbench versions built it
     device = parsed.metadata.get(f"{name} device", device)
     out = []
     for point in points:
@@ -68,10 +75,10 @@ def results(parsed: sciml.Parsed, name: str, model: str, points: tuple[Point, ..
 
 
 def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: str,
-        on_result: Callable[[PointResult], None] = lambda r: None) -> list[PointResult]:
+        on_result: Callable[[PointResult], None] = lambda r: None, python: str = sys.executable) -> list[PointResult]:
     """Run the runner once for all the job's points; hand on one result per point (failed ones included)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    argv = command(template, request)
+    argv = command(template, request, python)
     stdout_path, stderr_path = job_dir / "runner.out", job_dir / "runner.log"
     with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
@@ -89,7 +96,7 @@ def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: 
     if reason is None:
         try:
             found = results(sciml.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],
-                            request.points, request.setup.device)
+                            request.points, request.setup.device, python)
         except sciml.ProtocolError as e:
             reason = f"the runner printed a malformed line: {e}"
     if reason is not None:

@@ -1,4 +1,5 @@
-"""Environment record from an allow-list (never a dump of os.environ), and its fingerprint."""
+"""Environment record from an allow-list (never a dump of os.environ), and its fingerprint. Worker side (the
+harness reads an environment's manifest here too, for a runner in another language)."""
 from __future__ import annotations
 
 import functools
@@ -6,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -29,6 +31,8 @@ FINGERPRINT_KEYS = (
     "python_version", "numpy_version", "jax_version", "jaxlib_version", "flax_version", "optax_version",
     "torch_version", "cuda_version", "cudnn_version", "device_name", "cpu_model", "precision_policy", "allocator",
 ) + tuple(f"env_{k}" for k in ENV_FLAGS)
+# In an environment `nnbench versions` built (harness/envs.py): its spec and what it changed, at its prefix.
+ENV_MANIFEST = "nnbench-env.json"
 
 
 def _cpu_model() -> str:
@@ -55,7 +59,27 @@ def host_record() -> dict[str, str]:
     }
     rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
     rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
-    return rec
+    return rec | spec_record(sys.prefix)
+
+
+def version_key(package: str) -> str:
+    """The record's key for a package's version: `jax_version`, `nnbench_planted_version`."""
+    return re.sub(r"[-_.]+", "_", package).lower() + "_version"
+
+
+def spec_record(prefix: str | Path) -> dict[str, str]:
+    """What an environment built by `nnbench versions` was built for: `env_spec` (jax==0.10.1), `env_changes` (every
+    version that differs from the environment it was built from: `jax 0.10.2→0.10.1; jaxlib 0.10.2→0.10.1`),
+    `env_packages` and each such package's version (`<name>_version`, pins included), as its manifest at `prefix`
+    says (checked when it was built); {} elsewhere."""
+    path = Path(prefix) / ENV_MANIFEST
+    if not path.is_file():
+        return {}
+    m = json.loads(path.read_text())
+    versions = {n: v for n, v in m["pins"].items()} | {n: new for n, (_, new) in m["changes"].items() if new}
+    changes = "; ".join(f"{n} {old or '(none)'}→{new or '(none)'}" for n, (old, new) in sorted(m["changes"].items()))
+    return {"env_spec": m["spec"], "env_changes": changes or "none", "env_packages": " ".join(sorted(versions))} | {
+        version_key(n): v for n, v in versions.items()}
 
 
 def machine_record() -> dict[str, float]:
@@ -90,7 +114,14 @@ def suite_record() -> dict[str, str]:
     return rec
 
 
+def spec_versions(record: dict[str, str]) -> dict[str, str]:
+    """The versions of the packages an environment's spec pinned or moved, from a record: {`jax_version`: ...}."""
+    keys = (version_key(n) for n in record.get("env_packages", "").split())
+    return {k: record[k] for k in keys if k in record}
+
+
 def fingerprint(record: dict[str, str]) -> str:
-    """Stable short hash of what makes an environment different (versions, device, policy, flags)."""
-    key = {k: record[k] for k in FINGERPRINT_KEYS if k in record}
+    """Stable short hash of what makes an environment different (versions, device, policy, flags, and the version
+    of every package an environment's spec pinned or moved)."""
+    key = {k: record[k] for k in FINGERPRINT_KEYS if k in record} | spec_versions(record)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

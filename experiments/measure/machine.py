@@ -42,8 +42,8 @@ class MachineCheck:
 
     def line(self) -> str:
         """One line for the console, saying plainly when the machine itself limits precision."""
-        what = (f"a fixed loop's {WINDOW_S * 1e3:.0f} ms windows spread {self.window_spread:.2f}× (SD {self.window_sd:.1%}), "
-                f"other processes used {self.other_cores:.2f} of {self.cores} cores, load {self.load_avg_1m:.2f}")
+        what = (f"a fixed loop's {WINDOW_S * 1e3:.0f} ms windows spread {self.window_spread:.2f}× "
+                f"(SD {self.window_sd:.1%}), other processes used {self.other_cores:.2f} of {self.cores} cores, load {self.load_avg_1m:.2f}")
         if not self.noisy:
             return f"machine check: quiet: {what}"
         return (f"machine check: NOISY: {what}: this machine itself limits precision to about ±{self.window_sd:.0%} "

@@ -1,4 +1,5 @@
-"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework.
+"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework
+(`--probe FRAMEWORK SETUP` checks a set-up before a sweep; `--smoke FRAMEWORK` takes one LeNet training step).
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
 only the point in progress) and never talks to MLflow.
@@ -15,7 +16,7 @@ import psutil
 import models
 from experiments.common.protocol import OpResult, PointResult, Request, Setup
 from experiments.measure import flops, peaks, stats, timing
-from experiments.measure.backends import Unavailable, Unsupported, load
+from experiments.measure.backends import SMOKE, Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record, machine_record
 from experiments.measure.meter import background_cores, meter, reset_high_water, resident
 
@@ -81,6 +82,20 @@ def main(request_path: str, results_path: str) -> int:
     return 0
 
 
+def smoke(framework: str) -> int:
+    """Build LeNet and take one training step with the framework's default set-up on the CPU: nnbench's model code
+    works with the framework as this interpreter has it (`nnbench versions` asks each environment it builds)."""
+    try:
+        backend = load(framework)
+        backend.configure(SMOKE[framework])
+        step = backend.prepare(models.load("lenet"), "training", 2, 0)
+        step.sync(step.fn())
+    except Exception as e:  # whatever the framework raises: one line for the one who built the environment
+        print(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
+        return 3
+    return 0
+
+
 def probe(framework: str, setup: str) -> int:
     """Check that the framework imports and can run this set-up, before a sweep writes anything; print the device
     and the environment's fingerprint (what the worker will record)."""
@@ -100,4 +115,6 @@ def probe(framework: str, setup: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "--probe":
         sys.exit(probe(*sys.argv[2:4]))
+    if sys.argv[1] == "--smoke":
+        sys.exit(smoke(sys.argv[2]))
     sys.exit(main(*sys.argv[1:3]))

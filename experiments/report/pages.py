@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
-from experiments.report.changes import changes_markdown
+from experiments.report.history import overview, regressions_markdown
 from experiments.report.plots import plot_lines, plot_speedup, plot_trend
 from experiments.report.tables import markdown, summary
 
@@ -46,10 +46,16 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     return {p.name: p for p in out.iterdir()}
 
 
-def write_changes(t: pd.DataFrame, c: pd.DataFrame, by: str, out: Path, title: str) -> None:
-    """report.md/html with the verdict table and a trend plot per (model, op); changes.csv."""
+def write_history(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, out: Path, title: str,
+                  note: str = "") -> list[Path]:
+    """report.md/html with the regressions table and the series, a trend plot per (model, op) with its steps marked,
+    regressions.csv and series.csv; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    c.to_csv(out / "changes.csv", index=False)
-    pngs = [plot_trend(t, by, m, op, out / f"trend_{m}_{op}.png")
-            for (m, op), _ in t.dropna(subset=[by]).groupby(["model", "op"])]
-    pages(out, title, c, changes_markdown(c), pngs)
+    r.to_csv(out / "regressions.csv", index=False)
+    s.assign(process_medians_s=s["process_medians_s"].map(lambda ms: " ".join(f"{m:.6g}" for m in ms))).to_csv(
+        out / "series.csv", index=False)
+    pngs = [plot_trend(s, r, values, by, m, op, out / f"trend_{m}_{op}.png")
+            for (m, op), _ in s.groupby(["model", "op"])]
+    table = regressions_markdown(r) if not r.empty else "No change point: every series holds one level."
+    pages(out, title, r, f"{table}\n\n## Median ms per {by}\n\n{overview(s, r, values)}\n", pngs, note)
+    return sorted(out.iterdir())

@@ -1,5 +1,5 @@
-"""Plots from the tables: seed 000's log2-log2 pictures, speedup bars, a run's samples and trends across versions.
-The only module that imports matplotlib (its Agg backend: no display). Parent side."""
+"""Plots from the tables: seed 000's log2-log2 pictures, speedup bars, a run's samples, and a point's trend along an
+axis with its change points. The only module that imports matplotlib (its Agg backend: no display). Parent side."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +11,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from experiments.report.changes import ordered, with_value  # noqa: E402
 from experiments.report.tables import fmt_time, series, speedups  # noqa: E402
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
@@ -92,21 +91,27 @@ def plot_samples(samples: dict, path: Path) -> Path:
     return path
 
 
-def plot_trend(t: pd.DataFrame, by: str, model: str, op: str, path: Path) -> Path:
-    """Median per call against `by` (ordered as in `changes`): a dot per run, a line through the medians."""
-    t, first_seen = with_value(t[(t["model"] == model) & (t["op"] == op)], by)
-    values = ordered(list(t[by].unique()), first_seen)
-    x = {v: i for i, v in enumerate(values)}
+def plot_trend(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, model: str, op: str,
+               path: Path) -> Path:
+    """Median per call against `by`: a line per variant and batch size through its values' medians, a dot per
+    measuring process, and a dashed line where a level starts (red: slower, green: faster) with its ratio."""
+    s, r = (d[(d["model"] == model) & (d["op"] == op)] for d in (s, r))
     fig, ax = plt.subplots(figsize=(8, 5.6))
-    for (variant, bs), g in t.groupby(["variant", "batch_size"]):
-        mid = g.groupby(by)["median_s"].median()
-        mid = mid.iloc[mid.index.map(x).argsort()]
-        (line,) = ax.plot(mid.index.map(x), mid.values, marker="o", label=f"{variant} bs{bs}")
-        ax.scatter(g[by].map(x), g["median_s"], color=line.get_color(), alpha=0.5, s=12)
+    for (variant, bs), g in s.groupby(["variant", "batch_size"]):
+        (line,) = ax.plot(g["position"], g["median_s"], marker="o", label=f"{variant} bs{bs}")
+        dots = [(x, m) for x, ms in zip(g["position"], g["process_medians_s"]) for m in ms]
+        ax.scatter(*zip(*dots), color=line.get_color(), alpha=0.4, s=10)
+        for _, step in r[(r["variant"] == variant) & (r["batch_size"] == bs)].iterrows():
+            x = values.index(step["where"]) - 0.5
+            color = "tab:red" if step["verdict"] == "slower" else "tab:green"
+            ax.axvline(x, color=color, linestyle="--", linewidth=1.2)
+            ax.annotate(f"×{step['ratio']:.2f}", (x, step["after_median_s"]), color=color, fontsize=8,
+                        xytext=(3, 3), textcoords="offset points")
     ax.set_xticks(range(len(values)), values, rotation=20)
     ax.set_yscale("log", base=2)
     ax.set_xlabel(by)
-    ax.set_ylabel("Time per call (s) (log2 scale)")
+    ax.set_ylabel(YLABELS["median_s"])
+    time_axis(ax.yaxis)
     ax.set_title(f"{figure_title(model, op)} across {by}", fontweight="bold")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -1,2 +1,3 @@
 """Checks of nnbench itself and of the machine, each an `nnbench` command: agree (against other timers),
-calibrate (the interval's coverage), overhead (the harness's cost), gpucheck (the GPU path)."""
+calibrate (the interval's coverage, the verdict's false alarms and detection), overhead (the harness's cost),
+gpucheck (the GPU path); and planted, a regression planted in a package of known versions."""

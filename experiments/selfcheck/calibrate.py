@@ -1,9 +1,20 @@
-"""Does a point's 95% CI cover what the next run of the same point reads? `nnbench calibrate`
+"""Are the intervals and the verdicts as good as they claim? `nnbench calibrate [OVERRIDES] [--repeats N] [--planted]`
 
-Runs a sweep (the README sweep unless overrides are given) `--repeats` times as replicates (`repeat=0,1,...`, each
-a separate set of fresh processes) into a store, then, for every point and every ordered pair of replicates
-(a, b), checks whether a's median lies inside b's CI. The share of pairs that do is the CI's coverage across
-runs: what a user can expect when re-running a sweep. `--sweep ID` judges an existing sweep instead.
+Runs a sweep (the README sweep unless overrides are given) `--repeats` times as replicates (`repeat=0,1,...`, each a
+separate set of fresh processes, interleaved) into a new store, or judges an existing sweep (`--sweep ID`), then:
+
+- re-run interval: for every point and ordered pair of replicates, whether one's median lies inside the other's
+  95% interval (target >= 90%);
+- A/A: replicates 0 and 1, 2 and 3, ... are the same environment measured twice; `nnbench history --by repeat` on
+  each pair must say "no change" for at least 95% of the points, and the ratio's 95% interval must hold 1 as often;
+- A/B, planted synthetically: the same pairs with the second replicate's process medians scaled by 1.1, 1.2 and 1.5;
+  how often history finds the slowdown, and the smallest one it finds 90% of the time (the bench's minimal
+  detectable effect on this machine);
+- with --planted, A/B for real: nnbench-planted (selfcheck/planted.py) in five environments built offline, its op
+  1.0 (twice), 1.1, 1.2 and 1.5 times slower, measured interleaved (`--repeats` rounds, LeNet's batch sizes as its
+  points): A/A on the two unslowed versions, detection of each slowdown.
+
+Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 when the A/A rate is below 95%.
 """
 from __future__ import annotations
 
@@ -15,13 +26,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from experiments.common.config import README_SWEEP
-from experiments.common.errors import OK, BadInput
+from experiments.common.errors import LOST, OK, BadInput
+from experiments.report import history
 from experiments.report.tables import POINT, tidy
+from experiments.report.verdict import SLOWER, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import store_uri
+
+FACTORS = (1.1, 1.2, 1.5)  # the planted slowdowns reported
+MDE_GRID = np.round(np.arange(1.01, 2.001, 0.01), 2)  # slowdowns searched for the minimal detectable effect
+DETECT = 0.9  # the detection rate that defines it
+AA_TARGET = 0.95
+PLANTED = {"1.0": 1.0, "1.0.1": 1.0, "1.1": 1.1, "1.2": 1.2, "1.5": 1.5}  # version: slowdown of its op
 
 
 def coverage(t: pd.DataFrame) -> tuple[float, int, pd.DataFrame]:
@@ -41,30 +62,154 @@ def coverage(t: pd.DataFrame) -> tuple[float, int, pd.DataFrame]:
     return (table["covered"].sum() / pairs if pairs else float("nan")), pairs, table
 
 
+def replicate_pairs(s: pd.DataFrame) -> list[pd.DataFrame]:
+    """history.series along `repeat`, cut into pairs of replicates (0, 1), (2, 3), ...: independent A/A comparisons."""
+    values = sorted(s["value"].unique(), key=int)
+    return [s[s["value"].isin(values[i:i + 2])].assign(position=lambda d: d["value"].map(values[i:i + 2].index))
+            for i in range(0, len(values) - 1, 2)]
+
+
+def slowed(pair: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """The pair with its second replicate `factor` times slower: every process median scaled."""
+    out = pair.copy()
+    second = out["position"] == 1
+    out.loc[second, "median_s"] *= factor
+    out.loc[second, "process_medians_s"] = out.loc[second, "process_medians_s"].map(lambda ms: [m * factor for m in ms])
+    return out
+
+
+def found(pair: pd.DataFrame, verdicts: tuple[str, ...]) -> tuple[int, int]:
+    """(points with a change of these verdicts between the pair's two values, points), as history judges them."""
+    r = history.regressions(pair)
+    points = pair.groupby(POINT, dropna=False).ngroups
+    return int(r["verdict"].isin(verdicts).sum()), points
+
+
+def holds_one(pair: pd.DataFrame) -> int:
+    """Points of an A/A pair whose ratio's 95% interval holds 1 (points measured on both sides)."""
+    return sum(lo <= 1 <= hi for _, g in pair.groupby(POINT, dropna=False) if len(g) == 2
+               for _, lo, hi, _ in [welch(*g.sort_values("position")["process_medians_s"])])
+
+
+def rate(k: int, n: int) -> str:
+    """k of n as a share with its exact 95% binomial interval."""
+    if n == 0:
+        return "no comparisons"
+    lo, hi = binomtest(k, n).proportion_ci(0.95)
+    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def aa_ab(pairs: list[pd.DataFrame], factors=FACTORS, mde: bool = True) -> dict:
+    """A/A (no change, the interval holding 1) and synthetic A/B (detection per factor, the MDE) over the pairs."""
+    same = [found(p, ("slower", "faster")) for p in pairs]
+    n = sum(m for _, m in same)
+    held = sum(holds_one(p) for p in pairs)
+    detect = {f: sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs) for f in factors}
+    out = {"n": n, "no_change": n - sum(k for k, _ in same), "interval_holds_1": held, "detected": detect}
+    if mde:
+        out["mde"] = next((f for f in MDE_GRID if sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs) >= DETECT * n),
+                          None)
+    return out
+
+
+def lines(result: dict, what: str) -> list[str]:
+    n = result["n"]
+    out = [f"A/A ({what}): no change in {rate(result['no_change'], n)} (target >= {AA_TARGET:.0%}); the ratio's 95% "
+           f"interval holds 1 in {rate(result['interval_holds_1'], n)}"]
+    out += [f"A/B ({what}), {f - 1:.0%} slower: found in {rate(k, n)}" for f, k in result["detected"].items()]
+    if "mde" in result:
+        mde = result["mde"]
+        out.append(f"minimal detectable effect ({what}): " + (f"{mde - 1:.0%} slower is found in >= {DETECT:.0%} of "
+                   "comparisons" if mde else f"none up to 100% slower is found in {DETECT:.0%} of comparisons"))
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help=f"the sweep to repeat (default: {' '.join(README_SWEEP)})")
-    p.add_argument("--repeats", type=int, default=4, help="replicates of the sweep (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=18,
+                   help="replicates of the sweep (default %(default)s: 9 A/A pairs, 108 comparisons for the README "
+                        "sweep's 12 points)")
     p.add_argument("--sweep", help="judge the replicates of this existing sweep (parent run id) instead")
     p.add_argument("--uri", help="the store (default: a new one in a temporary directory)")
+    p.add_argument("--planted", action="store_true",
+                   help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
+
+
+def sweep(args: list[str], uri: str, workdir: Path) -> None:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *args, f"mlflow.tracking_uri={uri}"],
+                       cwd=workdir)
+    if r.returncode:
+        raise BadInput(f"the sweep failed (exit {r.returncode}); its output is above")
+    print(f"\n`{' '.join(args)}` in {time.perf_counter() - t0:.0f} s")
+
+
+def last_sweep(uri: str) -> pd.DataFrame:
+    parents = tracking.search(uri, "nnbench", "tags.`nnbench.sweep` = 'true'")
+    parent = parents.sort_values("start_time")["run_id"].iloc[-1]
+    return tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
+
+
+def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
+    samples = {}
+
+    def medians(run_id: str, op: str) -> list[float]:
+        if run_id not in samples:
+            samples[run_id] = tracking.load_samples(uri, run_id)
+        return process_medians(samples[run_id][op])
+
+    return history.series(t, by, medians)
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.repeats < 2 and not a.sweep:
+        raise BadInput(f"--repeats must be at least 2 for A/A pairs (got {a.repeats})")
     workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
     uri = store_uri(a.uri) if a.uri or a.sweep else f"sqlite:///{workdir}/mlruns/mlflow.db"
-    parent = a.sweep
-    if not parent:
-        args = [*(a.overrides or README_SWEEP), f"repeat={','.join(map(str, range(a.repeats)))}",
-                f"mlflow.tracking_uri={uri}"]
-        t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *args], cwd=workdir)
-        if r.returncode:
-            raise BadInput(f"the sweep failed (exit {r.returncode}); its output is above")
-        print(f"\n{a.repeats} replicates of `{' '.join(args[:-1])}` in {time.perf_counter() - t0:.0f} s")
-        parents = tracking.search(uri, "nnbench", f"tags.`{tracking.SWEEP}` = 'true'")
-        parent = parents.sort_values("start_time")["run_id"].iloc[-1]
-    t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
+    rounds = f"repeat={','.join(map(str, range(a.repeats)))}"
+    if a.sweep:
+        t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{a.sweep}'"))
+    else:
+        sweep([*(a.overrides or README_SWEEP), rounds], uri, workdir)
+        t = last_sweep(uri)
     share, pairs, table = coverage(t)
-    view = table.assign(coverage=table["covered"] / table["pairs"])
-    print(view.to_markdown(index=False, floatfmt=".3g"))
-    print(f"\ncoverage: {share:.1%} of {pairs} pairs (a run's median inside another run's 95% interval; target >= 90%)")
-    return OK
+    print(table.assign(coverage=table["covered"] / table["pairs"]).to_markdown(index=False, floatfmt=".3g"))
+    print(f"\nre-run interval: a run's median inside another run's 95% interval in {share:.1%} of {pairs} pairs "
+          "(target >= 90%)")
+    readme = aa_ab(replicate_pairs(series(t, uri, "repeat")))
+    out = lines(readme, "this sweep")
+    if a.planted:
+        out += lines(planted(workdir, rounds), "nnbench-planted")
+    print("\n".join(out))
+    return OK if readme["n"] and readme["no_change"] >= AA_TARGET * readme["n"] else LOST
+
+
+def planted(workdir: Path, rounds: str) -> dict:
+    """A/A and A/B on nnbench-planted for real: five environments measured interleaved in one sweep."""
+    from experiments.harness import envs  # packaging and the installers: only with --planted
+    from experiments.measure.environment import version_key
+    from experiments.selfcheck import planted as plant
+
+    url = plant.index(plant.wheels(workdir / "wheels", PLANTED), workdir / "index")
+    how, base, index = envs.installer(), envs.packages(), envs.Index(url)
+    try:
+        built = [envs.get(s, index, how, workdir / "envs", base)
+                 for s in envs.parse([f"{plant.PROJECT}=={','.join(PLANTED)}"])]
+    except envs.BuildError as e:
+        raise BadInput(f"the planted environments can't be built: {e}") from None
+    uri = f"sqlite:///{workdir}/planted/mlflow.db"
+    sweep(["framework=external", "external.name=planted", f"external.command='{plant.COMMAND}'", "model=lenet",
+           "ops=[inference,training]", rounds, "runtime.python=" + ",".join(f"'{e.python}'" for e in built)],
+          uri, workdir)
+    t, by = last_sweep(uri), version_key(plant.PROJECT)
+    by_round = [series(g, uri, by) for _, g in t.groupby("repeat")]  # each round: the environments in turn
+    first, result = list(PLANTED)[0], {"n": 0, "no_change": 0, "interval_holds_1": 0, "detected": {}}
+    for version, factor in list(PLANTED.items())[1:]:
+        pairs = [s[s["value"].isin([first, version])].assign(position=lambda d: (d["value"] == version).astype(int))
+                 for s in by_round]
+        if factor == 1.0:  # the same op in two environments: A/A
+            aa = aa_ab(pairs, factors=(), mde=False)
+            result |= {k: aa[k] for k in ("n", "no_change", "interval_holds_1")}
+        else:
+            result["detected"][factor] = sum(found(pair, (SLOWER,))[0] for pair in pairs)
+    return result

@@ -13,7 +13,7 @@ import yaml
 
 from experiments.common.job import Job
 from experiments.common.protocol import OpResult, Point, PointResult, metric_fields
-from experiments.measure.environment import fingerprint, suite_record
+from experiments.measure.environment import fingerprint, spec_versions, suite_record
 from experiments.measure.flops import achieved_tflops
 from experiments.measure.machine import MachineCheck
 from experiments.measure.peaks import vendor_tflops
@@ -104,6 +104,7 @@ def build(job: Job, point: Point, results: list[PointResult], machine: MachineCh
     assert tuple(params) == PARAMS
     params |= flatten(job.cfg, "config.")
     env = ok[0].environment if ok else {}
+    params |= spec_versions(env)  # an environment of `nnbench versions`: its packages' versions, as params too
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
             "point_key": point_key(job, point)}
     metrics, samples = measured(point, ok, tags, machine)
@@ -116,7 +117,8 @@ def build(job: Job, point: Point, results: list[PointResult], machine: MachineCh
         outcome = "ok" if samples else "skipped"
     tags["outcome"] = outcome
     metrics |= {"param_count": float(params["param_count"])} | machine_numbers(ok)
-    rec = Record(run_name=run_name(job, point), slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
+    spec = f" · {env['env_spec']}" if "env_spec" in env else ""  # an environment of `nnbench versions`
+    rec = Record(run_name=run_name(job, point) + spec, slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
                  params=params, metrics=metrics, tags=tags, config=job.cfg, samples=samples,
                  stderr=failed[0].stderr_tail if failed else "")
     rec.tags[NOTE] = describe(rec)

@@ -258,18 +258,28 @@ def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: s
     return keys & {r.data.tags.get("point_key") for r in find_runs(uri, experiment_id, where)}
 
 
-def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]) -> str:
-    """The parent run that groups a sweep's points, with this process's user, source and commit."""
+def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str], parent_run_id: str | None = None,
+                 kind: str = "sweep") -> str:
+    """A parent run, with this process's user, source and commit: a sweep's (its points go under it), or
+    `versions`', `bisect`'s or `history`'s (tagged `nnbench.<kind>`); nested under `parent_run_id` where given (a
+    sweep that `versions` or `bisect` started)."""
     client = MlflowClient(uri)
-    run = client.create_run(experiment_id, run_name=name, tags=context_tags() | {SWEEP: "true"})
+    tags = context_tags() | {f"nnbench.{kind}": "true"}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, run_name=name, tags=tags)
     client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
     return run.info.run_id
 
 
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+
 def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",
                   metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
-    """The sweep's answer on its parent run: the description (`note`, Markdown), metrics, tags and the report's
-    artifacts; then its status."""
+    """A parent's answer: the description (`note`, Markdown), metrics, tags and the report's artifacts; then its
+    status."""
     client = MlflowClient(uri)
     if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
         note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"

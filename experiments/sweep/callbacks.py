@@ -38,7 +38,7 @@ class SweepCallback(Callback):
                 checked = commandline.Checked(jobs, uris.check(config.mlflow.tracking_uri, config.mlflow.experiment_name))
             state = open_sweep(sweep_dir, checked.jobs, checked.uri, config.mlflow.experiment_name,
                                f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
-                               {"overrides": overrides, "sweep_dir": str(sweep_dir)})
+                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)
         except (BadInput, SweepTaken) as e:
             fail(str(e))
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it

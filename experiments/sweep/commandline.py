@@ -45,12 +45,20 @@ CHECKED: Checked | None = None  # set by the entry point; the sweep callback and
 def check(argv: list[str]) -> Checked | None:
     """Every job of the command line, checked; exits with one line naming the fix on bad input."""
     try:
-        return checked(argv)
+        return explained(argv)
     except BadInput as e:
-        message = str(e)
+        fail(str(e))
+
+
+def explained(argv: list[str]) -> Checked | None:
+    """`checked`, with Hydra's and OmegaConf's own errors as BadInput naming the fix (`nnbench versions` and
+    `bisect` check their sweep's overrides with it before building anything)."""
+    try:
+        return checked(argv)
+    except BadInput:
+        raise
     except Exception as e:  # Hydra's and OmegaConf's own errors, and anything else found before running
-        message = hydra_errors.explain(e)
-    fail(message)
+        raise BadInput(hydra_errors.explain(e)) from None
 
 
 def checked(argv: list[str]) -> Checked | None:

@@ -73,7 +73,7 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     n, server, spent = job.processes, None, {} if spent is None else spent
     t0 = time.perf_counter()
     if job.framework == "external":  # a runner in any language, in the worker's place
-        measure = partial(external.run, template=job.external_command, name=job.external_name)
+        measure = partial(external.run, template=job.external_command, name=job.external_name, python=job.python)
     else:
         environ = manager.env(job.allocator, cache)
         if job.start == "fork":

@@ -85,7 +85,7 @@ def check(cfg: dict) -> Job:
                        "bin/python, or runtime.python=null")
     if job.framework == "external":
         try:
-            external.check(job.external_command, job.external_name)
+            external.check(job.external_command, job.external_name, job.python)
         except ValueError as e:
             raise BadInput(str(e)) from None
     allocator = job.allocator
@@ -107,8 +107,8 @@ def jobs(cfgs: list[dict]) -> list[Job]:
         if problem and python == sys.executable:
             raise BadInput(problem)
         if problem:
-            raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): build that "
-                           "environment with `nnbench venv DIR PACKAGE==VERSION ...` (see docs/comparing.md)")
+            raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): let `nnbench "
+                           "versions PACKAGE==VERSION -- OVERRIDES` build the environment (see docs/comparing.md)")
     return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in checked]
 
 

@@ -30,10 +30,11 @@ def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
 
 
 def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
-               params: dict[str, str] | None = None) -> SweepState:
+               params: dict[str, str] | None = None, nest_under: str | None = None) -> SweepState:
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
 
-    `parent`: the parent run's name (with its `params`), or None for a single run. Raises StoreUnavailable or
+    `parent`: the parent run's name (with its `params`; nested under the run `nest_under` where given), or None
+    for a single run. Raises StoreUnavailable or
     SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
@@ -61,7 +62,7 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         ACTIVE = sweep
         if parent is not None:
             run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
-                                                                  "point_count": points})
+                                                                  "point_count": points}, nest_under)
             state = replace(state, parent_run_id=run_id)
             sweep.write(state)
     return state

@@ -1,69 +1,137 @@
-"""Framework upgrades: a second real environment, versions from the worker, and verdicts across versions."""
+"""Following releases: `nnbench versions`, `bisect` and `history` end to end on a planted regression served by a
+local package index (no network), a second real jax release, and their error lines."""
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from experiments.common.job import Job
-from experiments.store import records, tracking
-from experiments.common.protocol import Point, PointResult
-from tests.helpers import ROOT, nnbench, ok_op, run, runs
+from experiments.cli import main
+from experiments.selfcheck import planted
+from tests.helpers import nnbench, run, runs
+
+VERSIONS = [f"1.{i}" for i in range(8)]
+# The planted package's own runner in each environment: one point, its op 28 ms (20 + 32/4), 5 processes a version.
+POINT = ["framework=external", "external.name=planted", f"external.command='{planted.COMMAND}'", "ops=[inference]",
+         "batch_size=32", "bench=quick", "bench.processes=5"]
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """Only the test's own index, no network for uv, and a cache of environments of the test's own."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp_path / "envs"))
+    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
+                "UV_FIND_LINKS"):
+        monkeypatch.delenv(var, raising=False)
+    wheels = planted.wheels(tmp_path / "wheels", planted.steps(VERSIONS, "1.5", 1.3))
+    return planted.index(wheels, tmp_path / "index")
+
+
+@pytest.mark.slow
+def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path):
+    """versions measures all eight releases; bisect names 1.5 after measuring at most five; history puts exactly
+    one change point at 1.5."""
+    spec = f"nnbench-planted=={','.join(VERSIONS)}"
+    r = nnbench("versions", [spec, "--index-url", offline, "--", *POINT], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert sorted(df["tags.nnbench_planted_version"]) == sorted(df["params.nnbench_planted_version"]) == VERSIONS
+    assert df["tags.env_fingerprint"].nunique() == 8 and set(df["tags.env_changes"]) == {
+        f"nnbench-planted (none)→{v}" for v in VERSIONS}
+    in_order = df.sort_values("start_time")["tags.nnbench_planted_version"].tolist()
+    assert in_order == VERSIONS  # interleaved: one job per environment, in the spec's order
+    assert "nnbench-planted==1.5" in " ".join(df["tags.mlflow.runName"])
+
+    h = nnbench("history", ["--by", "nnbench_planted_version", "mode=planted", "--out", str(tmp_path / "h")], tmp_path)
+    assert h.returncode == 0, h.stderr
+    r = pd.read_csv(tmp_path / "h" / "regressions.csv", dtype=str)
+    assert list(r["where"]) == ["1.5"] and list(r["verdict"]) == ["slower"], h.stdout
+
+    b = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--index-url", offline, "--uri",
+                           f"sqlite:///{tmp_path}/bisect/mlflow.db", *POINT], tmp_path)
+    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
+    assert "first changed at nnbench-planted 1.5 (1.4 → 1.5): slower" in b.stdout, b.stdout
+    measured = next(ln for ln in b.stdout.splitlines() if ln.startswith("measured "))
+    assert int(measured.split()[1]) <= 5, measured
+    parents = runs(f"sqlite:///{tmp_path}/bisect/mlflow.db", parents=True)  # the sweeps, nested under the bisect
+    bisect = runs_named(f"sqlite:///{tmp_path}/bisect/mlflow.db", "bisect nnbench-planted 1.0..1.7")
+    assert bisect["tags.first_changed"] == "1.5" and set(parents["tags.mlflow.parentRunId"]) == {bisect["run_id"]}
+
+    again = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--index-url", offline, *POINT], tmp_path)
+    assert again.returncode == 0 and "measured 0 of 8 versions" in again.stdout  # versions' runs, reused
+
+
+def points(uri):
+    """The point runs (not the sweeps', versions' or history's own runs)."""
+    df = runs(uri)
+    return df[df["params.model"].notna()]
+
+
+def runs_named(uri, prefix):
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["nnbench"])
+    return df[df["tags.mlflow.runName"].str.startswith(prefix)].iloc[0]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["versions", "model=lenet"], "'model=lenet' is not PACKAGE==V1,V2,...: list the versions, e.g. "
+                                  "jax==0.10.0,0.10.1 (the sweep's overrides go after --)"),
+    (["versions", "nnbench-planted==1.0", "--", "runtime.python=/x"], "runtime.python is set by nnbench versions"),
+    (["versions", "nnbench-planted==1.0", "--", *POINT, "batchsize=3"], "unknown key 'batchsize'"),
+    (["versions", "nnbench-planted==9.9", "--", *POINT], "cannot install nnbench-planted==9.9: "),
+    (["bisect", "nnbench-planted", "1.1..1.1", *POINT], "nnbench-planted has 1 released version(s) in 1.1..1.1"),
+    (["bisect", "nnbench-planted", "1.0.1.7", *POINT], "range '1.0.1.7' is not A..B"),
+    (["bisect", "nnbench-nosuch", "1.0..1.7", *POINT], "cannot list the versions of nnbench-nosuch: "),
+    (["bisect", "nnbench-planted", "1.0..1.7", *POINT, "ops=[inference,training]"],
+     "the overrides make 2 measured ops; bisect follows one"),
+    (["bisect", "nnbench-planted", "1.0..1.7", *POINT, "bench.processes=1"],
+     "bisect judges versions by their processes, and this sweep measures one per version"),
+])
+def test_bad_input_is_one_line_before_anything_is_built_or_measured(offline, tmp_path, monkeypatch, capsys, argv,
+                                                                    message):
+    monkeypatch.chdir(tmp_path)
+    index = ["--index-url", offline]
+    at = argv.index("--") if "--" in argv else len(argv)
+    assert main(argv[:at] + index + argv[at:]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"nnbench {argv[0]}: error: {message}"), line
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    assert not (tmp_path / "envs").exists() or not any(p.is_dir() for p in (tmp_path / "envs").iterdir())
+
+
+def test_list_and_clean_an_empty_cache(offline, capsys):
+    assert main(["versions", "--list"]) == 0 and capsys.readouterr().out.strip().startswith("0 environments in ")
+    assert main(["versions", "--clean"]) == 0 and capsys.readouterr().out.startswith("removed 0 environments")
+
 
 OLD_JAX = "0.10.1"
 
 
-@pytest.fixture(scope="module")
-def two_jax_sweep(tmp_path_factory):
-    """The same LeNet point measured under this jax and under jax 0.10.1 in a venv made by nnbench venv."""
+@pytest.mark.slow
+def test_a_second_jax_release(tmp_path, monkeypatch):
+    """This jax and jax 0.10.1 (from the package index: skipped where it can't be had), interleaved, two rounds:
+    the versions come from the workers' own interpreters."""
     import jax
 
     if jax.__version__ == OLD_JAX:
         pytest.skip("this environment already has the older jax")
-    base = tmp_path_factory.mktemp("versions")
-    made = subprocess.run([sys.executable, "-m", "experiments", "venv", str(base / "old"), f"jax=={OLD_JAX}",
-                           f"jaxlib=={OLD_JAX}"], cwd=ROOT, capture_output=True, text=True)
-    if made.returncode and "No matching distribution" in made.stderr:
-        pytest.skip(f"jax {OLD_JAX} is not on the package index here")
-    assert made.returncode == 0, made.stderr[-2000:]
-    old_python = made.stdout.strip().split("=", 1)[1]
-    # two replicates per environment, interleaved: the last override varies fastest
-    r = run(["-m", "framework=jax", "model=lenet", "batch_size=32", "bench=quick", "repeat=0,1",
-             f"runtime.python={old_python},null"], cwd=base)
+    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp_path / "envs"))
+    r = nnbench("versions", [f"jax=={OLD_JAX},{jax.__version__}", "--repeats", "2", "--", "framework=jax",
+                             "model=lenet", "batch_size=32", "bench=quick", "bench.processes=2"], tmp_path)
+    if r.returncode and "cannot install" in r.stderr:
+        pytest.skip(f"jax {OLD_JAX} can't be installed here: {r.stderr.strip()[-300:]}")
     assert r.returncode == 0, r.stderr[-3000:]
-    return base, f"sqlite:///{base}/mlruns/mlflow.db", old_python, jax.__version__
-
-
-def compare(cwd, *args):
-    return nnbench("compare", list(args), cwd)
-
-
-@pytest.mark.slow
-def test_versions_come_from_the_workers_interpreter(two_jax_sweep):
-    _, uri, old_python, new_jax = two_jax_sweep
-    df = runs(uri)
-    got = set(zip(df["params.config.runtime.python"], df["tags.jax_version"]))
-    assert got == {(old_python, OLD_JAX), ("None", new_jax)}
+    df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     in_order = df.sort_values("start_time")["tags.jax_version"].tolist()
-    assert in_order == [OLD_JAX, new_jax, OLD_JAX, new_jax]  # interleaved replicates
-    assert df["tags.env_fingerprint"].nunique() == 2  # same point, two environments
-    assert set(df["tags.python_executable"]) == {old_python, sys.executable}
-
-
-@pytest.mark.slow
-def test_compare_by_version_gives_a_verdict_per_point(two_jax_sweep, tmp_path):
-    cwd, _, _, new_jax = two_jax_sweep
-    r = compare(cwd, "model=lenet", "--by", "jax_version", "--out", str(tmp_path / "rep"))
-    assert r.returncode == 0, r.stderr
-    c = pd.read_csv(tmp_path / "rep" / "changes.csv")
-    assert sorted(c["op"]) == ["inference", "training"]
-    assert (c["old"] == OLD_JAX).all() and (c["new"] == new_jax).all()
-    assert (c["runs_old"] == 2).all() and (c["runs_new"] == 2).all()
-    assert set(c["verdict"]) <= {"faster", "slower", "no change"}
-    assert ((c["ci95_low"] <= c["ratio"]) & (c["ratio"] <= c["ci95_high"])).all()
-    assert {"report.md", "report.html", "trend_lenet_inference.png", "trend_lenet_training.png"} <= {
-        p.name for p in (tmp_path / "rep").iterdir()}
-    assert f"{OLD_JAX} → {new_jax}" in r.stdout
+    assert in_order == [OLD_JAX, jax.__version__] * 2  # interleaved rounds
+    assert df["tags.env_fingerprint"].nunique() == 2 and set(df["tags.env_spec"]) == {
+        f"jax=={OLD_JAX}", f"jax=={jax.__version__}"}
+    assert set(df[df["tags.jax_version"] == OLD_JAX]["tags.jaxlib_version"]) == {OLD_JAX}  # jaxlib came along
+    assert f"points along jax_version: {OLD_JAX} → {jax.__version__}" in r.stdout
 
 
 @pytest.mark.slow
@@ -72,32 +140,5 @@ def test_interpreter_without_the_framework_is_a_clear_error(tmp_path):
     r = run(["framework=jax", "model=lenet", f"runtime.python={tmp_path / 'bare' / 'bin' / 'python'}"], cwd=tmp_path)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
-    assert "cannot measure framework=jax" in last and "No module named" in last and "nnbench venv" in last
+    assert "cannot measure framework=jax" in last and "No module named" in last and "nnbench versions" in last
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
-
-
-def _log_synthetic(uri, exp_id, version, median, rng, tmp):
-    """A real run in a real store, with synthetic samples: a known truth for the exit code."""
-    cfg = {"framework": {"name": "torch", "compile": False}, "model": {"name": "lenet"},
-           "precision": {"name": "fp32", "tf32": False}, "device": "cpu"}
-    line = PointResult(32, "cpu", {"torch_version": version},
-                       {"inference": ok_op(median, 32, list(median * rng.lognormal(0, 0.02, 50)))})
-    point = Point(32, ("inference",))
-    rec = records.build(Job(cfg, None, (point,)), point, [line])
-    rec.save(tmp / version)
-    tracking.log_record(uri, exp_id, rec, tmp / version)
-
-
-@pytest.mark.parametrize("new_median,code", [(1.10e-3, 1), (1.0e-3, 0)])
-def test_fail_on_regression(tmp_path, new_median, code):
-    import numpy as np
-
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    (tmp_path / "mlruns").mkdir()
-    exp = tracking.prepare_store(uri, "nnbench")
-    rng = np.random.default_rng(0)
-    _log_synthetic(uri, exp, "2.12.0", 1.0e-3, rng, tmp_path)
-    _log_synthetic(uri, exp, "2.13.0", new_median, rng, tmp_path)
-    r = compare(tmp_path, "--by", "torch_version", "--fail-on-regression", "--uri", uri)
-    assert r.returncode == code, r.stderr
-    assert ("slower" in r.stdout) == (code == 1)

@@ -17,6 +17,11 @@ from experiments.common.protocol import Setup
 
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+# The distributions each backend imports: an environment that moves one of them is checked with that backend.
+PACKAGES = {"jax": ("jax", "jaxlib", "flax", "optax"), "torch": ("torch",)}
+# Each backend's default set-up (conf/framework/<name>.yaml, fp32 on the CPU): what `worker --smoke` runs.
+SMOKE = {"jax": Setup("fp32", "cpu", compile=True, memory_format="nhwc"),
+         "torch": Setup("fp32", "cpu", compile=False, memory_format="contiguous")}
 
 
 class Unsupported(Exception):

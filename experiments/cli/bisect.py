@@ -1,0 +1,285 @@
+"""Find the release at which a point changed:
+`nnbench bisect jax 0.10.0..0.10.2 model=lenet ops=[training] batch_size=128`.
+
+Lists the package's released versions in the range A..B (both included) from the package index (pip's view: its
+configuration, --index-url and --find-links apply; --pre adds pre-releases and nightlies), measures both ends, each
+in its own environment (as `nnbench versions` builds them), and stops when they don't differ. Else it halves the
+range with the verdict (Welch's t on per-process medians): a version that differs from the last one at the start's
+level holds the change or follows it. It measures about log2(n) versions; a version that can't be installed is
+skipped and said, and runs already in the store for the same point and environment (fingerprint) are reused.
+Where several changes lie in the range it names the first one away from the start's level (nnbench history over
+`nnbench versions` shows them all).
+
+It names the first version at which the point changed with the evidence: both neighbours' medians and intervals,
+the ratio with its interval, and the verdict; all of it, with a trend plot that marks the change, goes into one
+parent run `bisect <package> A..B · <model> <op> bs<batch>` (the sweeps nested under it). The overrides must make
+one point: one model, one op, one batch size. See docs/comparing.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from experiments.cli.common import add_environments, environments, sweep, sweep_jobs
+from experiments.common.errors import OK, BadInput
+from experiments.report.verdict import ALPHA, THRESHOLD
+from experiments.store.uris import store_uri
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("package", help="e.g. jax, torch, flax")
+    p.add_argument("range", metavar="A..B", help="versions from A to B, both included, e.g. 0.10.0..0.10.2")
+    p.add_argument("overrides", nargs="*", help="the sweep's overrides, for one point: e.g. model=lenet "
+                                                "ops=[training] batch_size=128")
+    p.add_argument("--threshold", type=float, default=THRESHOLD, help="smallest change that counts (default 5%%)")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default %(default)s)")
+    p.add_argument("--pre", action="store_true", help="include pre-releases and nightlies (.dev) in the range")
+    add_environments(p)
+
+
+@dataclasses.dataclass
+class Level:
+    """One version as measured: its runs of the point (report.tables.tidy rows) and each run's per-process samples."""
+
+    rows: object  # a pandas DataFrame
+    samples: dict[str, list[list[float]]]  # run id -> one list of per-call samples per measuring process
+    reused: bool = False
+
+    @property
+    def processes(self) -> list[list[float]]:
+        return [p for procs in self.samples.values() for p in procs]
+
+    @property
+    def medians(self) -> list[float]:
+        import numpy as np  # numpy: only once something is measured
+
+        return [float(np.median(p)) for p in self.processes]
+
+
+def run(a: argparse.Namespace) -> int:
+    from packaging.version import InvalidVersion, Version  # packaging: only once the arguments parse
+    from experiments.harness import envs
+
+    index, how, cache = environments(a)
+    try:
+        pre = a.pre or any(Version(b).is_prerelease for b in a.range.split("..") if b)
+        listed = envs.released(a.package, index, pre)
+        versions = envs.in_range(listed, a.range, pre)
+    except (ValueError, InvalidVersion) as e:
+        raise BadInput(f"{e}") from None
+    except LookupError as e:
+        raise BadInput(f"cannot list the versions of {a.package}: {e}: check the name, or pass --index-url") from None
+    if len(versions) < 2:
+        raise BadInput(f"{a.package} has {len(versions)} released version(s) in {a.range} "
+                       f"({', '.join(versions) or 'none'}; the index has {', '.join(listed[-8:]) or 'none'}): "
+                       "widen the range")
+    uri = store_uri(a.uri)
+    jobs = sweep_jobs(a, uri)
+    if len(jobs) != 1 or len(jobs[0].points) != 1 or len(jobs[0].points[0].ops) != 1:
+        n = sum(len(p.ops) for j in jobs for p in j.points)
+        raise BadInput(f"the overrides make {n} measured ops; bisect follows one: give one model, one op and one "
+                       "batch size, e.g. model=lenet ops=[training] batch_size=128")
+    if jobs[0].processes * a.repeats < 2:
+        raise BadInput("bisect judges versions by their processes, and this sweep measures one per version: use "
+                       "bench=default (5 processes), or bench.processes=5, or --repeats 5")
+    return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
+
+
+class Bisect:
+    def __init__(self, a, uri, job, versions, index, how, cache):
+        from experiments.harness import envs  # packaging and mlflow: only once the arguments are checked
+        from experiments.store import tracking
+
+        self.a, self.uri, self.job, self.versions = a, uri, job, versions
+        self.index, self.how, self.cache, self.base = index, how, cache, envs.packages()
+        self.point, self.op = job.points[0], job.points[0].ops[0]
+        self.envs: dict[str, object] = {}  # version -> its Env, or the reason it can't be built
+        self.levels: dict[str, Level] = {}
+        self.skipped: dict[str, str] = {}
+        self.exp_id = tracking.open_store(uri, a.experiment)
+        self.title = (f"bisect {a.package} {a.range} · {job.model} {self.op} bs{self.point.batch_size}"
+                      + (f" · {job.variant}" if job.variant != "jax-jit fp32" else ""))
+
+    def say(self, line: str) -> None:
+        print(f"bisect: {line}", flush=True)
+
+    def env(self, v: str):
+        """The version's environment, or None (skipped: said once)."""
+        from experiments.harness import envs  # packaging: only once the arguments are checked
+
+        if v not in self.envs:
+            try:
+                e = envs.get(envs.Spec(((self.a.package, v),)), self.index, self.how, self.cache, self.base)
+                changes = envs.describe(e.manifest["changes"])
+                self.say(f"{self.a.package} {v}: environment {e.how}; differs in {changes}")
+                self.envs[v] = e
+            except envs.BuildError as e:
+                self.envs[v] = None
+                self.skipped[v] = str(e)
+                self.say(f"skip {v}: {e}")
+        return self.envs[v]
+
+    def stored(self, v: str) -> Level | None:
+        """The version's FINISHED runs of this point in this environment, from the store."""
+        import pandas as pd  # pandas, mlflow and the worker's probe: only once measuring
+        from experiments.harness import manager
+        from experiments.report import tables
+        from experiments.store import records, tracking
+
+        python = str(self.envs[v].python)
+        fingerprint = None
+        if self.job.framework != "external":  # a runner's fingerprint comes from what it prints
+            fingerprint = manager.probe([(python, self.job.framework, self.job.setup, self.job.allocator)])[0][1]
+        rows, samples = [], {}
+        for r in range(self.a.repeats):
+            cfg = self.job.cfg | {"runtime": self.job.cfg["runtime"] | {"python": python}, "repeat": r}
+            key = records.point_key(dataclasses.replace(self.job, cfg=cfg), self.point)
+            found = tables.tidy(tracking.search(self.uri, self.a.experiment,
+                                                f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
+            if found.empty:
+                continue
+            found = found[found["op"] == self.op]
+            if fingerprint:
+                found = found[found["env_fingerprint"] == fingerprint]
+            for run_id in found["run_id"]:
+                entry = tracking.load_samples(self.uri, run_id)[self.op]
+                samples[run_id] = [p["samples_s"] for p in entry.get("processes", [entry])]
+            rows.append(found)
+        return Level(pd.concat(rows), samples) if samples else None
+
+    def measure(self, versions: list[str]) -> None:
+        """Each version's level: from the store, else measured now (one sweep for those missing, interleaved)."""
+        todo = []
+        for v in versions:
+            if v in self.levels or self.env(v) is None:
+                continue
+            if level := self.stored(v):
+                self.levels[v] = dataclasses.replace(level, reused=True)
+                self.say(f"{v}: {len(level.processes)} processes already in the store "
+                         f"(runs {', '.join(level.samples)})")
+            else:
+                todo.append(v)
+        if not todo:
+            return
+        self.say(f"measuring {', '.join(todo)}")
+        sweep(self.a, self.uri, [self.envs[v].python for v in todo], self.parent)
+        for v in todo:
+            if level := self.stored(v):
+                self.levels[v] = level
+            else:
+                self.skipped[v] = "measured nothing (the sweep's output above says why)"
+                self.say(f"skip {v}: {self.skipped[v]}")
+
+    def verdict(self, old: str, new: str):
+        from experiments.report.verdict import judge  # scipy is slow to import: only once measured
+
+        return judge([(self.levels[old].medians, self.levels[new].medians)], self.a.threshold, self.a.alpha)[0]
+
+    def end(self, lo: int, step: int) -> int | None:
+        """The first version from index `lo` on (step +1) or back (step -1) that can be measured."""
+        i = lo
+        while 0 <= i < len(self.versions):
+            self.measure([self.versions[i]])
+            if self.versions[i] in self.levels:
+                return i
+            i += step
+        return None
+
+    def run(self) -> int:
+        from experiments.store import tracking  # mlflow is slow to import: only once the arguments are checked
+
+        a, vs = self.a, self.versions
+        self.say(f"{len(vs)} versions of {a.package} in {a.range}: {', '.join(vs)}")
+        self.parent = tracking.start_parent(self.uri, self.exp_id, self.title, {
+            "package": a.package, "range": a.range, "versions": " ".join(vs), "overrides": " ".join(a.overrides),
+            "threshold": a.threshold, "alpha": a.alpha, "repeats": a.repeats}, kind="bisect")
+        try:
+            found, note = self.search()
+        except BaseException:
+            tracking.set_status(self.uri, self.parent, "KILLED")
+            raise
+        self.report(found, note)
+        return OK
+
+    def search(self):
+        """(lo, hi, verdict) of the first change, or None; and what to say about it."""
+        vs = self.versions
+        self.measure([vs[0], vs[-1]])
+        lo = 0 if vs[0] in self.levels else self.end(1, +1)
+        hi = len(vs) - 1 if vs[-1] in self.levels else self.end(len(vs) - 2, -1)
+        if lo is None or hi is None or hi <= lo:
+            return None, "fewer than two versions in the range could be measured"
+        ends = self.verdict(vs[lo], vs[hi])
+        self.say(f"{vs[lo]} → {vs[hi]}: {ends.verdict} (×{ends.ratio:.3f} [{ends.ci_low:.3f}, {ends.ci_high:.3f}], "
+                 f"p {ends.p_value:.2g})")
+        if ends.verdict not in ("slower", "faster"):
+            return None, f"the ends {vs[lo]} and {vs[hi]} don't differ ({ends.verdict}): nothing to bisect"
+        while hi - lo > 1:
+            mid = next((i for i in sorted(range(lo + 1, hi), key=lambda i: abs(i - (lo + hi) // 2))
+                        if vs[i] not in self.skipped), None)
+            if mid is None:
+                between = ", ".join(vs[lo + 1:hi])
+                return (lo, hi, self.verdict(vs[lo], vs[hi])), f"{between} could not be measured: the change is " \
+                    f"in {between} or {vs[hi]}"
+            self.measure([vs[mid]])
+            if vs[mid] not in self.levels:
+                continue
+            v = self.verdict(vs[lo], vs[mid])
+            self.say(f"{vs[lo]} → {vs[mid]}: {v.verdict} (×{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], "
+                     f"p {v.p_value:.2g})")
+            lo, hi = (lo, mid) if v.verdict in ("slower", "faster") else (mid, hi)
+        last = self.verdict(vs[lo], vs[hi])
+        note = "" if last.verdict != "no change" else (
+            f"the step {vs[lo]} → {vs[hi]} alone is below the verdict's reach: the change may be spread over several "
+            "versions (nnbench versions and history show them all)")
+        return (lo, hi, last), note
+
+    def report(self, found, note: str) -> None:
+        """The evidence on the console and in the parent run (report, CSVs, trend plot with the change marked)."""
+        import pandas as pd  # pandas and matplotlib are slow to import: only at the end
+        from experiments.cli.history import log
+        from experiments.measure.stats import median_of_medians, rerun_interval
+        from experiments.report import history
+        from experiments.report.tables import POINT
+        from experiments.store import tracking
+
+        vs, by = self.versions, f"{self.a.package} version"
+        measured = [v for v in vs if v in self.levels]
+        lines = []
+        for v in measured:
+            lv = self.levels[v]
+            lo, hi = rerun_interval(lv.processes) if len(lv.processes) > 1 else (float("nan"),) * 2
+            lines.append(f"  {v}: {median_of_medians(lv.processes) * 1e3:.4g} ms [{lo * 1e3:.4g}, {hi * 1e3:.4g}] "
+                         f"({len(lv.processes)} processes{', from the store' if lv.reused else ''})")
+        if found:
+            lo, hi, v = found
+            head = (f"first changed at {self.a.package} {vs[hi]} ({vs[lo]} → {vs[hi]}): {v.verdict}, ×{v.ratio:.3f} "
+                    f"[{v.ci_low:.3f}, {v.ci_high:.3f}], p {v.p_value:.2g}")
+        else:
+            head = f"no change found: {note}"
+        fresh = [v for v in measured if not self.levels[v].reused]
+        tail = (f"measured {len(fresh)} of {len(vs)} versions ({', '.join(fresh) or 'none'}); from the store: "
+                f"{', '.join(v for v in measured if self.levels[v].reused) or 'none'}; skipped: "
+                f"{', '.join(self.skipped) or 'none'}")
+        text = "\n".join([head, "(median per call and the interval a re-run lands in)", *lines,
+                          *([f"note: {note}"] if note and found else []), tail])
+        print(f"\n{self.title}\n{text}")
+        t = pd.concat([self.levels[v].rows.assign(**{by: v}) for v in measured], ignore_index=True)
+        medians = {run_id: m for v in measured for run_id, procs in self.levels[v].samples.items()
+                   for m in [[float(pd.Series(p).median()) for p in procs]]}
+        s = history.series(t, by, lambda run_id, op: medians[run_id])
+        r = history.regressions(s.iloc[:0])
+        if found:
+            lo, hi, v = found
+            row = s[s["value"] == vs[hi]].iloc[0]
+            r = pd.DataFrame([{k: row[k] for k in POINT} | {
+                "where": vs[hi], "before": vs[lo], "after": vs[hi],
+                "before_median_s": float(pd.Series(self.levels[vs[lo]].medians).median()),
+                "after_median_s": float(pd.Series(self.levels[vs[hi]].medians).median()), "ratio": v.ratio,
+                "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
+                "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
+        tracking.set_tags(self.uri, self.parent, {
+            "first_changed": vs[found[1]] if found else "none", "verdict": found[2].verdict if found else "no change",
+            "measured": " ".join(measured), "skipped": " ".join(self.skipped)})
+        log(self.uri, self.a.experiment, self.title, s, r, measured, by, None, {}, parent=self.parent, note=text)
+        print(f"parent run {self.parent} in {self.uri}")

@@ -1,0 +1,119 @@
+"""Measure a sweep in one environment per version: `nnbench versions jax==0.10.0,0.10.1,0.10.2 -- model=lenet`.
+
+Each PACKAGE==V1,V2,... lists versions; with several packages the specs are their cross product. Each spec gets a
+measuring environment: this one with the spec pinned (jax pins jaxlib at the same version), and what the installer
+must move to satisfy it (a flax that supports an older jax), nothing else; built with uv when installed, else pip
+(--index-url, --find-links pass through), checked (the versions it imports, a LeNet training step where a framework
+moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
+
+Then the sweep (the overrides after --) runs across the environments, interleaved (runtime.python varies fastest;
+--repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
+environment changed; each point's run carries its environment's spec and versions as params and tags. At the end
+it prints each point's history along the versions, as `nnbench history` would. --list shows the cached
+environments, --clean [SPECS] removes them. See docs/comparing.md.
+"""
+from __future__ import annotations
+
+import argparse
+
+from experiments.cli.common import add_environments, environments, sweep, sweep_jobs
+from experiments.common.errors import OK, BadInput
+from experiments.report.verdict import ALPHA, THRESHOLD
+from experiments.store.uris import store_uri
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("specs", nargs="*", metavar="PACKAGE==V1,V2,...", help="e.g. jax==0.10.0,0.10.1,0.10.2")
+    p.set_defaults(overrides=[])  # what follows --: the sweep's overrides
+    p.epilog = "After --: the sweep's overrides, e.g. -- model=lenet framework=jax"
+    p.add_argument("--list", action="store_true", help="list the cached environments")
+    p.add_argument("--clean", action="store_true", help="remove the cached environments (of the specs, if given)")
+    add_environments(p)
+
+
+def run(a: argparse.Namespace) -> int:
+    from experiments.harness import envs  # packaging and the installers: only once the arguments parse
+
+    index, how, cache = environments(a)
+    try:
+        specs = envs.parse(a.specs) if a.specs or not (a.list or a.clean) else []
+    except ValueError as e:
+        raise BadInput(f"{e} (the sweep's overrides go after --)") from None
+    if a.list or a.clean:
+        return manage(a, specs, cache)
+    uri = store_uri(a.uri)
+    sweep_jobs(a, uri)
+    built = build(specs, index, how, cache)
+    return measure(a, uri, built)
+
+
+def manage(a: argparse.Namespace, specs, cache) -> int:
+    from experiments.harness import envs  # packaging: only once the arguments parse
+
+    if a.clean:
+        gone = envs.clean(cache, specs or None)
+        print(f"removed {len(gone)} environments from {cache}")
+        return OK
+    found = envs.listed(cache)
+    for m in found:
+        print(f"{m['spec']}: {envs.describe(m['changes'])} ({m['installer']}, built {m['built']} from "
+              f"{m['base_python']}) {m['python']}")
+    print(f"{len(found)} environments in {cache}")
+    return OK
+
+
+def build(specs, index, how: str, cache) -> list:
+    """Every spec's environment, built or from the cache; BadInput at the first that can't be built."""
+    from experiments.harness import envs  # packaging: only once the arguments parse
+
+    base, out = envs.packages(), []
+    for spec in specs:
+        try:
+            env = envs.get(spec, index, how, cache, base)
+        except envs.BuildError as e:
+            raise BadInput(f"{e}: fix the spec, or pass --index-url/--find-links (nothing was measured)") from None
+        took = f" in {env.manifest['build_s']:.0f} s" if env.how != "cached" else ""
+        print(f"{spec}: {env.how}{took} with {how if env.how != 'cached' else env.manifest['installer']}; "
+              f"differs in {envs.describe(env.manifest['changes'])}")
+        out.append(env)
+    return out
+
+
+def axis_of(built) -> str:
+    """What the history runs along: the one package whose versions vary, else the whole spec."""
+    from experiments.measure.environment import version_key  # packaging: only once the arguments parse
+
+    varying = [i for i, (n, _) in enumerate(built[0].spec.pins) if len({e.spec.pins[i][1] for e in built}) > 1]
+    return version_key(built[0].spec.pins[varying[0]][0]) if len(varying) == 1 else "env_spec"
+
+
+def measure(a: argparse.Namespace, uri: str, built) -> int:
+    """The sweep across the environments under the versions' parent run, then each point's history along them."""
+    from experiments.cli import history  # pandas and mlflow are slow to import: only once the environments exist
+    from experiments.harness.envs import describe
+    from experiments.store import tracking
+
+    title = f"versions {' '.join(a.specs)} · {' '.join(a.overrides) or 'the default sweep'}"
+    params = {"specs": " | ".join(str(e.spec) for e in built), "overrides": " ".join(a.overrides),
+              "repeats": a.repeats}
+    params |= {f"env.{i}.{k}": v for i, e in enumerate(built) for k, v in
+               (("spec", str(e.spec)), ("changes", describe(e.manifest["changes"])), ("python", str(e.python)))}
+    parent = tracking.start_parent(uri, tracking.open_store(uri, a.experiment), title, params, kind="versions")
+    code = sweep(a, uri, [e.python for e in built], parent)
+    status = "FINISHED" if code == OK else "FAILED"
+    sweeps = tracking.search(uri, a.experiment, f"tags.mlflow.parentRunId = '{parent}'")
+    print(f"\nversions: parent run {parent} ({title})")
+    if len(built) < 2 or sweeps.empty:
+        tracking.set_status(uri, parent, status)
+        return code
+    by, sweep_id = axis_of(built), sweeps["run_id"].iloc[0]
+    t = history.selected(uri, a.experiment, f"tags.mlflow.parentRunId = '{sweep_id}'")
+    if t.empty or by not in t or t[by].nunique() < 2:
+        print("no point was measured in two environments: nothing to follow along the versions")
+        tracking.set_status(uri, parent, status)
+        return code
+    s, r, values = history.judged(t, by, uri, THRESHOLD, ALPHA)
+    print(history.report(s, r, values, by, THRESHOLD, ALPHA))
+    history.log(uri, a.experiment, title, s, r, values, by, None, {}, parent=parent, status=status)
+    print(f"\neach point along {by}: nnbench history --by {by} --sweep {sweep_id} --uri {uri}")
+    return code

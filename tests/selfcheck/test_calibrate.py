@@ -1,0 +1,48 @@
+"""calibrate's A/A and A/B checks on series with a known truth: replicate pairs, planted slowdowns, the minimal
+detectable effect, and rates with their binomial interval."""
+import numpy as np
+import pandas as pd
+
+from experiments.selfcheck import calibrate
+
+
+def replicates(rng, points=12, repeats=6, spread=0.03):
+    """history.series along `repeat`: `points` points, `repeats` replicates of 5 processes each, no change."""
+    rows = []
+    for p in range(points):
+        for r in range(repeats):
+            ms = list(1e-3 * (1 + p) * rng.lognormal(0, spread, 5))
+            rows.append({"model": "lenet", "op": "inference", "batch_size": 2 ** p, "variant": "jax-jit fp32",
+                         "device": "cpu", "value": str(r), "position": r, "runs": 1, "processes": 5,
+                         "median_s": float(np.median(ms)), "process_medians_s": ms, "run_ids": f"{p}-{r}"})
+    return pd.DataFrame(rows)
+
+
+def test_replicates_pair_up_as_independent_comparisons():
+    pairs = calibrate.replicate_pairs(replicates(np.random.default_rng(0), repeats=5))
+    assert [sorted(p["value"].unique()) for p in pairs] == [["0", "1"], ["2", "3"]]  # the fifth has no partner
+    assert all(set(p["position"]) == {0, 1} for p in pairs)
+
+
+def test_a_slowed_pair_scales_the_second_replicate_only():
+    pair = calibrate.replicate_pairs(replicates(np.random.default_rng(1)))[0]
+    slow = calibrate.slowed(pair, 1.5)
+    first, second = (slow["position"] == 0), (slow["position"] == 1)
+    assert slow.loc[first, "median_s"].tolist() == pair.loc[first, "median_s"].tolist()
+    assert np.allclose(slow.loc[second, "median_s"], 1.5 * pair.loc[second, "median_s"])
+    before, after = pair.loc[second, "process_medians_s"].iloc[0], slow.loc[second, "process_medians_s"].iloc[0]
+    assert np.allclose(after, [1.5 * m for m in before])
+
+
+def test_a_a_says_no_change_and_planted_slowdowns_are_found():
+    result = calibrate.aa_ab(calibrate.replicate_pairs(replicates(np.random.default_rng(2), repeats=18)))
+    assert result["n"] == 108 and result["no_change"] >= 103 and result["interval_holds_1"] >= 96
+    assert result["detected"][1.5] == 108 and result["detected"][1.2] == 108  # 3% noise: 20% is plain
+    assert 1.01 < result["mde"] <= 1.1
+    text = "\n".join(calibrate.lines(result, "test"))
+    assert "A/A (test): no change in" in text and "minimal detectable effect (test): " in text
+
+
+def test_rates_come_with_their_binomial_interval():
+    assert calibrate.rate(95, 100) == "95 of 100 = 95.0% [88.7%, 98.4%]"
+    assert calibrate.rate(0, 0) == "no comparisons"
