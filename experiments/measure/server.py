@@ -13,6 +13,7 @@ line the server writes is `{"ready": true}`, or `{"problem": "..."}` where it ca
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -82,6 +83,9 @@ def main(framework: str) -> int:
         answer(problem=why)
         return 3
     answer(ready=True)
+    # CPython's advice for a server that forks: keep the collector from touching the objects it inherits (their
+    # headers are written by a collection, a copy-on-write fault per page, inside some worker's timed window)
+    gc.freeze()
     for line in sys.stdin:
         task = json.loads(line)
         pid = os.fork()
