@@ -21,6 +21,18 @@ def ci_ok(samples: list[float], budget: Budget) -> bool:
     return (hi - lo) / 2 <= budget.target_rel_ci * float(np.median(samples))
 
 
+def warm_up(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
+            clock: Clock = time.perf_counter) -> float:
+    """Call until `budget.warmup_s` and `budget.warmup_calls` are both reached; the seconds per call it took."""
+    calls, t0 = 0, clock()
+    while True:
+        sync(fn())
+        calls += 1
+        elapsed = clock() - t0
+        if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
+            return max(elapsed / calls, 1e-9)
+
+
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
             meter: Callable[[], dict[str, float]] = dict) -> Measurement:
@@ -37,14 +49,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     del out
 
     # Warm-up doubles as the estimate of one call, which sets the block length.
-    calls, t0 = 0, clock()
-    while True:
-        sync(fn())
-        calls += 1
-        elapsed = clock() - t0
-        if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
-            break
-    per_call = max(elapsed / calls, 1e-9)
+    per_call = warm_up(fn, sync, budget, clock)
     block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate
 
     samples: list[float] = []

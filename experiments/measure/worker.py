@@ -1,4 +1,5 @@
-"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework.
+"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework,
+or, for a profile request (`Request.profile_dir`), profiles them (experiments/measure/profile.py).
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
 only the point in progress) and never talks to MLflow.
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import models
 from experiments.common.protocol import OpResult, PointResult, Request, Setup
-from experiments.measure import flops, peaks, stats, timing
+from experiments.measure import flops, peaks, profile, stats, timing
 from experiments.measure.backends import Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record
 from experiments.measure.meter import background_cores, meter, reset_high_water, resident
@@ -60,13 +61,18 @@ def main(request_path: str, results_path: str) -> int:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env = environment(backend, req.setup)
-    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
-        else None
+    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) \
+        if req.peaks and not req.profile_dir else None
     spec = models.load(**req.model)
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
-            ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
+            if req.profile_dir:
+                where = Path(req.profile_dir) / f"bs{point.batch_size}"
+                ops = {op: profile.profile_op(backend, req.framework, spec, req, op, point.batch_size, where / op)
+                       for op in point.ops}
+            else:
+                ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
             f.write(PointResult(point.batch_size, device, env, ops, peak).to_json() + "\n")
             f.flush()
     return 0
