@@ -129,6 +129,8 @@ def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str
         for f in sorted(artifacts.iterdir()):
             if f.is_file() and f.name != MARKER:
                 client.log_artifact(run_id, str(f))
+            elif f.is_dir():  # profile/<op>/: a profile's files
+                client.log_artifacts(run_id, str(f), artifact_path=f.name)
         if have and INCOMPLETE in have.tags:
             client.delete_tag(run_id, INCOMPLETE)
     except Exception:
