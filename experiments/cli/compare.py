@@ -3,6 +3,8 @@
 Prints the table (median, spread, interval, speedup against the baseline, MFU); with `--out` it writes report.md,
 report.html, summary.csv and the plots. With `--by jax_version` (any tag or param, or run_date) it judges each
 change of that value per point: ratio of medians with a bootstrap CI, a Mann-Whitney U p-value and a verdict.
+With `--profile` it shows, for runs measured with profile=true, where one step's time goes per variant (ms per
+category and overhead) and, per pair of variants, the part that differs most; `--out` adds the stacked bars.
 """
 from __future__ import annotations
 
@@ -24,15 +26,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (default 5%%)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (default %(default)s)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 if any point is significantly slower")
+    p.add_argument("--profile", action="store_true", help="where one step's time goes, per variant, for runs "
+                                                          "measured with profile=true")
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.profile and a.by:
+        raise BadInput("--profile and --by answer different questions: drop one of them")
     t, uri, fs = select(a)
     if a.by:
         return by_version(a, t, uri, fs)
     from experiments.report import pages, tables  # matplotlib is slow to import: only once runs are selected
 
-    print(tables.markdown(tables.summary(t, a.baseline)))
+    if a.profile:
+        b = tables.breakdown(t, a.baseline)
+        if b.empty:
+            raise BadInput(f"no profiled runs among the {t['run_id'].nunique()} selected: measure them with "
+                           "profile=true (python -m experiments.run -m ... profile=true)")
+        print(tables.breakdown_markdown(b) + "\n\n" + "\n".join(tables.differences(b)))
+    else:
+        print(tables.markdown(tables.summary(t, a.baseline)))
     if a.out:
         pages.write(t, a.out, a.baseline, title=f"nnbench: {fs or a.experiment}")
         print(f"\nreport: {a.out / 'report.md'}, {a.out / 'report.html'}")
