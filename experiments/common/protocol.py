@@ -159,7 +159,7 @@ class ProfiledOp(Json):
 
 @dataclass
 class OpProfile(Json):
-    """Where one step's wall time went, from the profiled step of median wall time: the parts sum to `wall_s`."""
+    """Where one step's wall time went, from the most typical profiled step: the parts sum to `wall_s`."""
 
     wall_s: float
     parts_s: dict[str, float]  # every one of PARTS, in seconds

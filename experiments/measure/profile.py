@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from importlib import import_module
 from pathlib import Path
 
-from experiments.common.protocol import CATEGORIES, OpProfile, OpResult, ProfiledOp, Request
+from experiments.common.protocol import CATEGORIES, PARTS, OpProfile, OpResult, ProfiledOp, Request
 from experiments.measure.backends import Span, Traced, Unsupported
 from experiments.measure.categories import OTHER_ALLOWED, OTHER_BOUND
 from experiments.measure.timing import warm_up
@@ -51,27 +51,35 @@ def clip(step: Traced) -> list[Span]:
             if s.end > step.start and s.start < step.end]
 
 
-def summarize(steps: list[Traced], elapsed_s: float, notes: list[str]) -> OpProfile:
-    """The step of median wall time split into categories and overhead (they sum to its wall time); the top ops
-    by their median time per step over all the steps."""
-    per_step = []
-    for step in steps:
-        spans = clip(step)
-        per_step.append((step.end - step.start, split_time(spans), Counter(s.name for s in spans if not s.part)))
-    wall, by_op, _ = sorted(per_step, key=lambda p: p[0])[len(per_step) // 2]
+def parts_of(wall: float, by_op: dict[tuple[str, str], float]) -> dict[str, float]:
+    """Seconds per category, and the overhead: the wall time outside every op."""
     parts = dict.fromkeys(CATEGORIES, 0.0)
     for (_, category), t in by_op.items():
         parts[category] += t
-    parts["overhead"] = max(0.0, wall - sum(by_op.values()))
+    return parts | {"overhead": max(0.0, wall - sum(by_op.values()))}
+
+
+def summarize(steps: list[Traced], elapsed_s: float, notes: list[str]) -> OpProfile:
+    """The most typical step split into categories and overhead (they sum to its wall time): the step whose parts
+    are closest to each part's median over the steps, so one op caught by a preemption does not pick it; the
+    top ops by their median time per step."""
+    per_step = []
+    for step in steps:
+        spans = clip(step)
+        ops = split_time(spans)
+        per_step.append((parts_of(step.end - step.start, ops), ops, Counter(s.name for s in spans if not s.part)))
+    medians = {p: statistics.median(parts[p] for parts, _, _ in per_step) for p in PARTS}
+    parts = min((parts for parts, _, _ in per_step), key=lambda q: sum(abs(q[p] - medians[p]) for p in PARTS))
     keys = {k for _, ops, _ in per_step for k in ops}
     top = sorted((ProfiledOp(name, cat, statistics.median(c[name] for _, _, c in per_step),
                              statistics.median(ops.get((name, cat), 0.0) for _, ops, _ in per_step))
                   for name, cat in keys), key=lambda o: -o.self_s)[:TOP]
+    wall = sum(parts.values())
     busy = wall - parts["overhead"]
     if busy > 0 and parts["other"] > OTHER_BOUND * busy:
         notes.append(f"other is {parts['other'] / busy:.0%} of the op time (bound {OTHER_BOUND:.0%}): an op the "
                      "category tables (experiments/measure/categories.py) do not know")
-    return OpProfile(wall, parts, [w for w, _, _ in per_step], top, elapsed_s, notes)
+    return OpProfile(wall, parts, [sum(q.values()) for q, _, _ in per_step], top, elapsed_s, notes)
 
 
 def top_markdown(p: OpProfile, title: str) -> str:

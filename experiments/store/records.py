@@ -173,8 +173,8 @@ def merge(results: list[OpResult], batch: int) -> OpResult:
 
 def add_profile(rec: Record, result: PointResult, files: Path, directory: Path) -> Record:
     """The record with its profile added, and nothing it had changed: per op the metrics `<op>_time_<part>_s`,
-    `<op>_profile_wall_s` (and its ratio to the timed median), the tag `profile` and the files under profile/<op>/.
-    `result` is the profiling worker's line for the point; `files` the folder it wrote the point's files to."""
+    `<op>_profile_wall_s` (and its ratio to the timed median), the tag `profile` and the files, moved to
+    profile/<op>/. `result` is the profiling worker's line for the point; `files` the folder it wrote them to."""
     if result.failure is not None:
         return without_profile(rec, "failed", f"{result.failure}\n{result.stderr_tail}")
     metrics, tags = dict(rec.metrics), dict(rec.tags) | {"profile": "ok"}
@@ -186,7 +186,9 @@ def add_profile(rec: Record, result: PointResult, files: Path, directory: Path) 
         added[f"{op}_profile_wall_ratio"] = r.profile.wall_s / rec.metrics[f"{op}_median_s"]
         assert not added.keys() & metrics.keys(), "a profile never replaces a timing"
         metrics |= added
-        shutil.copytree(files / op, directory / PROFILE / op, dirs_exist_ok=True)
+        (directory / PROFILE).mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory / PROFILE / op, ignore_errors=True)
+        shutil.move(files / op, directory / PROFILE / op)  # the worker's scratch copy is not kept twice
     return dataclasses.replace(rec, metrics=metrics, tags=tags)
 
 

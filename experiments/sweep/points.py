@@ -179,7 +179,8 @@ def summary(rec: records.Record) -> str:
         m = {p: rec.metrics.get(f"{op}_time_{p}_s") for p in PARTS}
         if m["overhead"] is not None:
             top = max(m, key=lambda p: m[p])
-            parts.append(f"{op} profiled: {rec.metrics[f'{op}_profile_wall_s'] * 1e3:.3f} ms, most in {top} "
+            parts.append(f"{op} profiled: {rec.metrics[f'{op}_profile_wall_s'] * 1e3:.3f} ms "
+                         f"({rec.metrics[f'{op}_profile_wall_ratio']:.2f}× the median), most in {top} "
                          f"({m[top] * 1e3:.3f} ms)")
     return "; ".join(parts)
 

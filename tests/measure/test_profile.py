@@ -24,19 +24,21 @@ def test_overlapping_ops_share_their_time_and_sum_to_the_union():
     assert sum(split.values()) == 7.0  # the union: [0, 6) and [8, 9)
 
 
-def test_the_median_step_is_split_into_parts_that_sum_to_its_wall():
-    steps = [Traced(0.0, 10.0, [Span("conv", "conv", 1.0, 5.0), Span("pool", "pool", 4.0, 8.0),
-                                Span("w", "conv", 20.0, 30.0)]),  # outside the step: clipped away
-             Traced(10.0, 13.0, [Span("conv", "conv", 10.0, 12.0)]),
-             Traced(20.0, 40.0, [Span("conv", "conv", 20.0, 21.0, part=True)])]
-    p = profile.summarize(steps, 1.0, [])
-    assert p.wall_s == 10.0 and set(p.parts_s) == set(PARTS)
-    assert p.parts_s["conv"] == 3.5 and p.parts_s["pool"] == 3.5 and p.parts_s["overhead"] == 3.0
+def test_the_most_typical_step_is_split_into_parts_that_sum_to_its_wall():
+    """Not the step of median wall time (B, where a copy was preempted) but the one closest to each part's median."""
+    a = Traced(0.0, 5.0, [Span("conv", "conv", 0.0, 3.0), Span("pool", "pool", 2.0, 4.0),  # overlap 2..3 halved
+                          Span("late", "conv", 6.0, 9.0)])  # outside the step: clipped away
+    b = Traced(10.0, 18.0, [Span("conv", "conv", 10.0, 13.0), Span("pool", "pool", 13.0, 14.0),
+                            Span("copy", "copy", 14.0, 17.0)])
+    c = Traced(20.0, 29.0, [Span("conv", "conv", 20.0, 26.0, part=True), Span("pool", "pool", 26.0, 27.0)])
+    p = profile.summarize([a, b, c], 1.0, [])
+    assert p.wall_s == 5.0 and p.step_walls_s == [5.0, 8.0, 9.0] and set(p.parts_s) == set(PARTS)
+    assert p.parts_s["conv"] == 2.5 and p.parts_s["pool"] == 1.5 and p.parts_s["overhead"] == 1.0
     assert sum(p.parts_s.values()) == pytest.approx(p.wall_s)
     top = {o.name: o for o in p.top}
-    assert top["conv"].calls == 1 and top["conv"].self_s == 2.0  # medians over the steps: 3.5, 2, 1
-    assert OpProfile.from_json(p.to_json()) == p
-    assert "| `conv` | conv | 1 | 2000.000 | 20.0% |" in profile.top_markdown(p, "t")
+    assert top["conv"].calls == 1 and top["conv"].self_s == 3.0  # medians over the steps: 2.5, 3, 6 (a part)
+    assert top["copy"].self_s == 0.0 and OpProfile.from_json(p.to_json()) == p
+    assert "| `conv` | conv | 1 | 3000.000 | 60.0% |" in profile.top_markdown(p, "t")
 
 
 def test_unknown_ops_above_the_bound_are_noted():

@@ -16,7 +16,7 @@ import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import jax
 from jax.profiler import ProfileData
@@ -49,26 +49,28 @@ def trace(step: Step, op: str, steps: int, out: Path, device: str, program: str 
         for i in range(steps):
             with jax.profiler.TraceAnnotation(f"nnbench.step#{i}"):
                 step.sync(step.fn())
-    (xplane,) = raw.glob("plugins/profile/*/*.xplane.pb")
-    for found, name in ((xplane, "trace.xplane.pb"), (next(raw.glob("plugins/profile/*/*.trace.json.gz")),
-                                                     "trace.json.gz")):
+    for pattern, name in (("*.xplane.pb", "trace.xplane.pb"), ("*.trace.json.gz", "trace.json.gz")):
+        (found,) = raw.glob(f"plugins/profile/*/{pattern}")
         shutil.move(found, out / name)
     shutil.rmtree(raw)
     marks, ops = xla_ops(out / "trace.xplane.pb", gpu=not device.startswith("cpu"))
     notes = []
     if program:
         hlo = Hlo(program)
-        name_of, category_of = (lambda o: o[2]), (lambda o: hlo.category(o[2]))
+
+        def span(o: Op) -> Span:
+            return Span(o.hlo_op, hlo.category(o.hlo_op), o.start, o.end, o.part)
+
         notes += [f"{n} is a library fusion of {', '.join(sorted(k))}: all of it counts as {hlo.category(n)}"
                   for n, k in sorted(hlo.fused_heavy().items())]
     else:
-        name_of = lambda o: o[3].removeprefix("jit_")  # noqa: E731
-        category_of = lambda o: first_match(JAX_PRIMITIVES, name_of(o))  # noqa: E731
+        def span(o: Op) -> Span:
+            name = o.module.removeprefix("jit_")
+            return Span(name, first_match(JAX_PRIMITIVES, name), o.start, o.end, o.part)
+
         notes.append("jax eager: each op is categorized by the name of its own small program (a primitive, or an "
                      "optax helper), so the loss's, BatchNorm's and most of the optimizer's arithmetic is elementwise")
-    traced = [Traced(s0, s1, [Span(name_of(o), category_of(o), o[0], o[1], o[4]) for o in ops if s0 <= o[0] < s1])
-              for s0, s1 in marks]
-    return traced, notes
+    return [Traced(s0, s1, [span(o) for o in ops if s0 <= o.start < s1]) for s0, s1 in marks], notes
 
 
 class Hlo:
@@ -180,9 +182,18 @@ class Hlo:
         return {n: heavy for n in self.comps[self.entry] if len(heavy := self.opcodes(n) & HEAVY) > 1}
 
 
-def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[tuple]]:
-    """The step marks, and every op as (start, end, hlo op, hlo module, part) in seconds: GPU kernels, or XLA:CPU
-    thunks with the thread-pool work they handed off.
+class Op(NamedTuple):
+    """One executed HLO instruction, or a piece of its work on a pool thread (`part`), in seconds."""
+
+    start: float
+    end: float
+    hlo_op: str
+    module: str
+    part: bool
+
+
+def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[Op]]:
+    """The step marks, and every op: GPU kernels, or XLA:CPU thunks with the thread-pool work they handed off.
 
     A CPU thunk's event covers its own thread only; work it sends to a pool shows as a ThreadpoolListener
     Start/StopRegion pair whose consumer id (_c) is the producer id (_p) of a ThreadpoolListener::Record. A region
@@ -219,9 +230,9 @@ def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[tu
                     if "hlo_op" in (stats := dict(e.stats)):
                         thunks.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
                                        stats.get("hlo_module", "")))
-    ops = [(a / 1e9, b / 1e9, op, module, False) for _, a, b, op, module in thunks]
+    ops = [Op(a / 1e9, b / 1e9, op, module, False) for _, a, b, op, module in thunks]
     owner = region_owner(thunks, records, regions)
-    ops += [(r[1] / 1e9, r[2] / 1e9, *t, True) for r in regions if (t := owner(r))]
+    ops += [Op(r[1] / 1e9, r[2] / 1e9, *t, True) for r in regions if (t := owner(r))]
     return sorted(marks), ops
 
 

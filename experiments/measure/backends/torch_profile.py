@@ -121,7 +121,8 @@ def trace(step: Step, op: str, steps: int, out: Path, device: str, program: str 
     (out / "trace.json").unlink()
     events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
     marks = sorted((e for e in events if e.name.startswith("nnbench.step#")), key=lambda e: e.time_range.start)
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA] if cuda else []
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation
+               and not e.name.startswith(("nnbench.", "nn.Module: "))] if cuda else []  # not the ranges' GPU copies
     traced = [walk(mark, events, kernels, op, eager) for mark in marks]
     notes = [] if eager else ["the profiled program has Inductor's kernel ranges compiled in "
                               "(enable_kernel_profile); the timed one has not"]
@@ -134,7 +135,7 @@ def walk(mark, events: list, kernels: list, op: str, eager: bool) -> Traced:
     s0, s1 = mark.time_range.start, mark.time_range.end
     spans: list[Span] = []
     forward: dict[int, str] = {}  # autograd sequence number -> the forward op's category
-    owner: dict[int, tuple[str, str]] = {}  # event id (correlation id) -> the op it belongs to
+    owner: dict[int, str] = {}  # event id (a kernel's linked correlation id) -> the category of its op
     backward: list[tuple] = []
 
     def visit(e, context: list[str]) -> None:
@@ -151,7 +152,7 @@ def walk(mark, events: list, kernels: list, op: str, eager: bool) -> Traced:
         stack = [e]
         while stack:
             x = stack.pop()
-            owner[x.id] = (e.name.removeprefix(BACKWARD), cat)
+            owner[x.id] = cat
             if sequence and x.sequence_nr >= 0:
                 forward.setdefault(x.sequence_nr, cat)
             stack.extend(x.cpu_children)
@@ -170,7 +171,7 @@ def walk(mark, events: list, kernels: list, op: str, eager: bool) -> Traced:
         else:
             add(e, forward.get(e.sequence_nr) or first_match(TORCH_BACKWARD, node))
     if kernels:  # on a GPU the ops are the kernels: each in its launching op's category
-        spans = [Span(k.name, owner.get(k.linked_correlation_id, (None, kernel_category(k.name)))[1],
+        spans = [Span(k.name, owner.get(k.linked_correlation_id) or kernel_category(k.name),
                       k.time_range.start / 1e6, k.time_range.end / 1e6) for k in kernels
                  if s0 <= k.time_range.start < s1]
     return Traced(s0 / 1e6, s1 / 1e6, spans)
