@@ -84,8 +84,8 @@ def summarize(steps: list[Traced], elapsed_s: float, notes: list[str]) -> OpProf
 
 def top_markdown(p: OpProfile, title: str) -> str:
     """The top table: op, category, calls, self time and share of the step."""
-    rows = [f"# {title}", "", f"Profiled step: {p.wall_s * 1e3:.3f} ms (median of {len(p.step_walls_s)} steps); "
-            f"overhead (no op running) {p.parts_s['overhead'] * 1e3:.3f} ms.", "",
+    rows = [f"# {title}", "", f"Profiled step: {p.wall_s * 1e3:.3f} ms (the most typical of {len(p.step_walls_s)} "
+            f"steps); overhead (no op running) {p.parts_s['overhead'] * 1e3:.3f} ms. Ops: medians over the steps.", "",
             "| op | category | calls | self ms | share of the step |", "|---|---|---|---|---|"]
     rows += [f"| `{o.name[:90]}` | {o.category} | {o.calls:g} | {o.self_s * 1e3:.3f} | {o.self_s / p.wall_s:.1%} |"
              for o in p.top]
