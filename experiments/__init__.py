@@ -8,7 +8,7 @@ The packages are layers; each imports only the ones below it (import-linter chec
     report/     tables, plots, pages, verdicts and change points along an axis, seed 000's lines out
     store/      where results are kept: the sweep dir on disk first, then MLflow (the only mlflow user)
     harness/    the parent's side of a worker: start, watch, stop; runners in other languages; environments per version
-    measure/    what runs inside the worker: timing, statistics, framework backends, FLOPs, peaks, environment
+    measure/    what runs inside the worker: timing, profiling, statistics, framework backends, FLOPs, peaks
     common/     what every layer shares: the config schema, the typed job, the worker protocol, errors
 
 Words: a *sweep* is one command line (one MLflow parent run); a *job* is one composed config (a Hydra job); a

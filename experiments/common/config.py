@@ -165,6 +165,7 @@ class Config:
     seed: int = 0
     repeat: int = 0  # replicate index: repeat=0,1,2 measures each point in three fresh processes
     resume: bool = False  # skip points with a FINISHED run of the same config and environment in the store
+    profile: bool = False  # one more worker per job profiles each point after its timed ones (docs/measuring.md)
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
     external: ExternalConf = field(default_factory=ExternalConf)

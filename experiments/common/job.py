@@ -94,6 +94,16 @@ class Job:
         return self.cfg["bench"]["processes"]
 
     @property
+    def profile(self) -> bool:
+        """profile=true: one more worker profiles each point once its timed workers are done."""
+        return bool(self.cfg.get("profile", False))
+
+    @property
+    def workers(self) -> int:
+        """Workers per point: the timed ones, and the one that profiles (a runner in another language: none)."""
+        return self.processes + (self.profile and self.framework != "external")
+
+    @property
     def timeout_s(self) -> float:
         return self.cfg["bench"]["timeout_s"]
 

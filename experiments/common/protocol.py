@@ -1,9 +1,10 @@
 """What crosses the process boundary between the parent and a worker, as typed data: the request (a framework
 set-up, a model, a budget and the points), and the worker's result per point (one JSON line each), down to every
-sample. Serialized only here, by `to_json`/`from_json`.
+sample; and, for a profile request, where one step's time went. Serialized only here, by `to_json`/`from_json`.
 
 A new per-op number is one field on `OpResult` declared with `metric()`, and the code that computes it:
-`OpResult.metrics()` hands it on as the MLflow metric `<op>_<field>`.
+`OpResult.metrics()` hands it on as the MLflow metric `<op>_<field>`. A profile's numbers come from
+`OpProfile.metrics()` the same way.
 """
 from __future__ import annotations
 
@@ -144,6 +145,39 @@ class Request(Json):
     points: tuple[Point, ...]
     peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
     between: dict[str, float] = field(default_factory=dict)  # op -> the spread between processes so far
+    profile_dir: str | None = None  # a profile request: profile each op instead of timing it, files go here
+
+
+# One vocabulary for both frameworks: every profiled op falls in one of these categories (the tables are
+# experiments/measure/categories.py), and `overhead` is the step's wall time outside every op.
+CATEGORIES = ("conv", "matmul", "elementwise", "norm", "pool", "loss", "optimizer", "copy", "other")
+PARTS = CATEGORIES + ("overhead",)  # where one step's wall time goes: the metrics `<op>_time_<part>_s`
+
+
+@dataclass(frozen=True)
+class ProfiledOp(Json):
+    """One op of the profile's top table, per step (the median over the profiled steps)."""
+
+    name: str
+    category: str
+    calls: float
+    self_s: float  # time in this op and what it calls, not counted for any other op (overlaps split evenly)
+
+
+@dataclass
+class OpProfile(Json):
+    """Where one step's wall time went, from the most typical profiled step: the parts sum to `wall_s`."""
+
+    wall_s: float
+    parts_s: dict[str, float]  # every one of PARTS, in seconds
+    step_walls_s: list[float]  # every profiled step's wall time
+    top: list[ProfiledOp]  # the ops that took the most time
+    elapsed_s: float  # profiling this op took: build, first call, warm-up, profiled steps, parsing, files
+    notes: list[str] = field(default_factory=list)  # what to know when reading it (unbounded `other`, ...)
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time_{p}_s": self.parts_s.get(p, 0.0) for p in PARTS} | {
+            "profile_wall_s": self.wall_s, "profile_steps": len(self.step_walls_s), "profile_elapsed_s": self.elapsed_s}
 
 
 @dataclass
@@ -162,11 +196,13 @@ class OpResult(Json):
     page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
     peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU): docs/measuring.md
     background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
+    profile: OpProfile | None = None  # a profile request's answer instead of timings
 
     def metrics(self) -> dict[str, float]:
-        """The numbers MLflow gets for this op: the stats, then every `metric()` field that was measured."""
+        """The numbers MLflow gets for this op: the stats, every `metric()` field that was measured, the profile's."""
         out = dataclasses.asdict(self.stats) if self.stats else {}
         out |= {f.name: getattr(self, f.name) for f in metric_fields() if getattr(self, f.name) is not None}
+        out |= self.profile.metrics() if self.profile else {}
         return {k: float(v) for k, v in out.items() if v is not None}
 
 

@@ -31,6 +31,19 @@ def ci_ok(samples: list[float], budget: Budget, between_sd: float | None = None)
     return (hi - lo) / 2 <= target(budget, between_sd) * float(np.median(samples))
 
 
+def warm_up(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
+            clock: Clock = time.perf_counter) -> tuple[float, float]:
+    """Call until `budget.warmup_s` and `budget.warmup_calls` are both reached; the seconds per call it took, and
+    the seconds it took."""
+    calls, t0 = 0, clock()
+    while True:
+        sync(fn())
+        calls += 1
+        elapsed = clock() - t0
+        if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
+            return max(elapsed / calls, 1e-9), elapsed
+
+
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
             meter: Callable[[], dict[str, float]] = dict, between_sd: float | None = None) -> Measurement:
@@ -48,15 +61,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     del out
 
     # Warm-up doubles as the estimate of one call, which sets the block length.
-    calls, t0 = 0, clock()
-    while True:
-        sync(fn())
-        calls += 1
-        elapsed = clock() - t0
-        if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
-            break
-    warmup = elapsed
-    per_call = max(elapsed / calls, 1e-9)
+    per_call, warmup = warm_up(fn, sync, budget, clock)
     block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate
 
     samples: list[float] = []

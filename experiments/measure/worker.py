@@ -1,4 +1,5 @@
-"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework
+"""The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework,
+or, for a profile request (`Request.profile_dir`), profiles them (experiments/measure/profile.py)
 (`--probe FRAMEWORK SETUP` checks a set-up before a sweep; `--smoke FRAMEWORK` takes one LeNet training step).
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
@@ -15,7 +16,7 @@ import psutil
 
 import models
 from experiments.common.protocol import OpResult, PointResult, Request, Setup
-from experiments.measure import flops, peaks, stats, timing
+from experiments.measure import flops, peaks, profile, stats, timing
 from experiments.measure.backends import SMOKE, Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record, machine_record
 from experiments.measure.meter import background_cores, meter, reset_high_water, resident
@@ -67,14 +68,19 @@ def main(request_path: str, results_path: str) -> int:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env, machine = environment(backend, req.setup), machine_record()
-    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) if req.peaks \
-        else None
+    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) \
+        if req.peaks and not req.profile_dir else None
     spec = models.load(**req.model)
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
-            ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
+            if req.profile_dir:
+                where = Path(req.profile_dir) / f"bs{point.batch_size}"
+                ops = {op: profile.profile_op(backend, req.framework, spec, req, op, point.batch_size, where / op)
+                       for op in point.ops}
+            else:
+                ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
             f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine,
                                 startup_s=startup).to_json() + "\n")
             f.flush()

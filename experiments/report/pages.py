@@ -11,21 +11,25 @@ import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.report.history import overview, regressions_markdown
-from experiments.report.plots import plot_lines, plot_speedup, plot_trend
-from experiments.report.tables import markdown, summary
+from experiments.report.plots import plot_breakdown, plot_lines, plot_speedup, plot_trend
+from experiments.report.tables import breakdown, breakdown_markdown, differences, markdown, summary
 
 
-def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "") -> None:
+def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "",
+          sections: list[tuple[str, str]] = ()) -> None:
     """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded; every text escaped, so a title
-    or a value holding `<` cannot break the page)."""
-    (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n"
+    or a value holding `<` cannot break the page); `sections`: (heading, Markdown) after the table."""
+    md = "".join(f"\n## {head}\n\n{text}\n" for head, text in sections)
+    (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n{md}\n"
                                    + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
     imgs = "".join(f'<h3>{html.escape(p.stem)}</h3><img src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}">' for p in pngs)
     html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True)
+    extra = "".join(f"<h2>{html.escape(head)}</h2><pre>{html.escape(text)}</pre>" for head, text in sections)
     t = html.escape(title)
     (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{t}</title></head><body>"
-                                     f"<h1>{t}</h1>{html_table}<pre>{html.escape(note)}</pre>{imgs}</body></html>")
+                                     f"<h1>{t}</h1>{html_table}<pre>{html.escape(note)}</pre>{extra}{imgs}"
+                                     "</body></html>")
 
 
 def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report") -> dict:
@@ -41,7 +45,15 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
     sp = plot_speedup(t, baseline, out / "speedup.png")
     pngs = [p for p in [*pngs, sp] if p]
     note = "" if sp else f"(no speedup chart: the baseline {baseline} is not in this selection)"
-    pages(out, title, s, markdown(s), pngs, note)
+    sections = []
+    b = breakdown(t, baseline)
+    if not b.empty:  # profile=true: where one step's time goes, per variant
+        b.to_csv(out / "breakdown.csv", index=False)
+        pngs += [plot_breakdown(b, m, op, bs, out / f"breakdown_{m}_{op}_bs{bs}.png")
+                 for (m, op, bs), _ in b.groupby(["model", "op", "batch_size"])]
+        sections = [("Where one step's time goes (profile=true)", breakdown_markdown(b)),
+                    ("What differs most, per pair of variants", "\n".join(f"- {d}" for d in differences(b)))]
+    pages(out, title, s, markdown(s), pngs, note, sections)
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
     return {p.name: p for p in out.iterdir()}
 

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from experiments.report.tables import fmt_time, series, speedups  # noqa: E402
+from experiments.common.protocol import PARTS  # noqa: E402
+from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa: E402
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
@@ -115,6 +116,34 @@ def plot_trend(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, mod
     ax.set_title(f"{figure_title(model, op)} across {by}", fontweight="bold")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# One colour per part of a step, the same in every figure; overhead is grey.
+PART_COLORS = dict(zip(PARTS, (plt.get_cmap("tab10").colors[i] for i in (0, 1, 2, 3, 4, 5, 9, 6, 8, 7))))
+
+
+def plot_breakdown(b: pd.DataFrame, model: str, op: str, batch: int, path: Path) -> Path:
+    """Where one step's time goes: a stacked bar per variant, one segment per category and the overhead."""
+    g = b[(b["model"] == model) & (b["op"] == op) & (b["batch_size"] == batch)]
+    fig, ax = plt.subplots(figsize=(9, 2.4 + 0.5 * len(g)))
+    left = pd.Series(0.0, index=g.index)
+    for part in PARTS:
+        ms = g[f"time_{part}_s"] * 1e3
+        if (ms > 0).any():
+            ax.barh(g["variant"], ms, left=left, color=PART_COLORS[part], label=LABELS[part])
+            left += ms
+    for y, (ms, median) in enumerate(zip(left, g["median_s"] * 1e3)):
+        ax.annotate(f"{ms:.3g} ms (timed median {median:.3g})", (ms, y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, left.max() * 1.35)
+    ax.set_xlabel("ms in one profiled step")
+    ax.set_title(f"{figure_title(model, op)}, batch {batch}: where one step's time goes", fontweight="bold")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+from itertools import combinations
+
 from experiments.common.config import DEFAULT_BASELINE, OPS
-from experiments.common.protocol import METRICS, STATS
+from experiments.common.protocol import METRICS, PARTS, STATS
 from experiments.store.records import DERIVED, PARAMS
 
-OP_METRICS = STATS + METRICS + DERIVED  # the `<op>_<name>` metrics of a point run
+TIMES = tuple(f"time_{p}_s" for p in PARTS)  # a profiled op: where one step's wall time went
+PROFILE = TIMES + ("profile_wall_s", "profile_wall_ratio")
+OP_METRICS = STATS + METRICS + DERIVED + PROFILE  # the `<op>_<name>` metrics of a point run
+LABELS = {"conv": "convolution", "matmul": "matmul", "elementwise": "elementwise", "norm": "normalization",
+          "pool": "pooling", "loss": "loss", "optimizer": "optimizer update", "copy": "copies and layouts",
+          "other": "other ops", "overhead": "overhead (no op running)"}
 
 
 def tidy(runs: pd.DataFrame) -> pd.DataFrame:
@@ -127,4 +134,42 @@ def markdown(s: pd.DataFrame) -> str:
                                     for v, ok in zip(s[speedup], sure.fillna(True))],
         "flags": [" ".join(f.upper() for f in FLAGS if f in s and row[f]) for _, row in s.iterrows()],
     })
+    return view.to_markdown(index=False)
+
+
+def breakdown(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
+    """One row per profiled (model, op, batch size, variant): seconds per part of one step, the profiled step and
+    the timed median (replicates: their median); the baseline first among the variants, then by name."""
+    if "time_overhead_s" not in t or t["time_overhead_s"].isna().all():
+        return pd.DataFrame()
+    g = t.dropna(subset=["time_overhead_s"]).groupby(["model", "op", "batch_size", "variant"], sort=True)
+    b = g[[*TIMES, "profile_wall_s", "median_s"]].median()
+    b[list(TIMES)] = b[list(TIMES)].fillna(0.0)  # a part a run did not log (an older vocabulary) took no time
+    b["mode"], b["precision"] = g["mode"].first(), g["precision"].first()
+    b = b.reset_index()
+    b["first"] = b["variant"] != baseline
+    return b.sort_values(["model", "op", "batch_size", "first", "variant"], ignore_index=True).drop(columns="first")
+
+
+def differences(b: pd.DataFrame) -> list[str]:
+    """One sentence per pair of variants of a profiled point: the part of the step that differs most, e.g.
+    `torch-eager vs jax-jit, lenet training bs128: optimizer update 0.4 vs 6.1 ms (step 12.1 vs 24.7 ms)`."""
+    out = []
+    for (model, op, bs), g in b.groupby(["model", "op", "batch_size"], sort=False):
+        for x, y in combinations(g.to_dict("records"), 2):
+            part = max(PARTS, key=lambda p: abs(y[f"time_{p}_s"] - x[f"time_{p}_s"]))
+            names = (x["mode"], y["mode"]) if x["precision"] == y["precision"] else (x["variant"], y["variant"])
+            out.append(f"{names[0]} vs {names[1]}, {model} {op} bs{bs}: {LABELS[part]} "
+                       f"{x[f'time_{part}_s'] * 1e3:.3g} vs {y[f'time_{part}_s'] * 1e3:.3g} ms "
+                       f"(step {x['profile_wall_s'] * 1e3:.3g} vs {y['profile_wall_s'] * 1e3:.3g} ms)")
+    return out
+
+
+def breakdown_markdown(b: pd.DataFrame) -> str:
+    """ms per part of one profiled step, the step, and the timed median beside it."""
+    view = b[["model", "op", "batch_size", "variant"]].rename(columns={"batch_size": "batch"})
+    for p in PARTS:
+        view[p] = (b[f"time_{p}_s"] * 1e3).map("{:.3g}".format)
+    view["profiled step ms"] = (b["profile_wall_s"] * 1e3).map("{:.4g}".format)
+    view["timed median ms"] = (b["median_s"] * 1e3).map("{:.4g}".format)
     return view.to_markdown(index=False)

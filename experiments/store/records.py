@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ UNSTABLE_SPREAD = 1.5
 NOTE = "mlflow.note.content"  # a run's description, which the MLflow UI renders as Markdown
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")  # per op, from flops, the median and the peaks
 META = "record.json"
+PROFILE = "profile"  # a point's profile files: profile/<op>/ in its dir and among its run's artifacts
 
 
 @dataclass
@@ -230,3 +232,29 @@ def merge(results: list[OpResult], batch: int) -> OpResult:
     merged = {f.name: f.metadata["combine"]([getattr(r, f.name) for r in results])
               for f in metric_fields() if all(getattr(r, f.name) is not None for r in results)}
     return OpResult("ok", device=first.device, stats=summarize([r.measurement for r in results], batch), **merged)
+
+
+def add_profile(rec: Record, result: PointResult, files: Path, directory: Path) -> Record:
+    """The record with its profile added, and nothing it had changed: per op the metrics `<op>_time_<part>_s`,
+    `<op>_profile_wall_s` (and its ratio to the timed median), the tag `profile` and the files, moved to
+    profile/<op>/. `result` is the profiling worker's line for the point; `files` the folder it wrote them to."""
+    if result.failure is not None:
+        return without_profile(rec, "failed", f"{result.failure}\n{result.stderr_tail}")
+    metrics, tags = dict(rec.metrics), dict(rec.tags) | {"profile": "ok"}
+    for op, r in result.ops.items():
+        if r.status != "ok" or r.profile is None:
+            tags[f"profile_skip_reason_{op}"] = r.reason[:REASON_CHARS]
+            continue
+        added = {f"{op}_{k}": v for k, v in r.metrics().items()}
+        added[f"{op}_profile_wall_ratio"] = r.profile.wall_s / rec.metrics[f"{op}_median_s"]
+        assert not added.keys() & metrics.keys(), "a profile never replaces a timing"
+        metrics |= added
+        (directory / PROFILE).mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory / PROFILE / op, ignore_errors=True)
+        shutil.move(files / op, directory / PROFILE / op)  # the worker's scratch copy is not kept twice
+    return dataclasses.replace(rec, metrics=metrics, tags=tags)
+
+
+def without_profile(rec: Record, status: str, reason: str) -> Record:
+    """The record with the tags that say why it has no profile: failed, interrupted, or unavailable."""
+    return dataclasses.replace(rec, tags=rec.tags | {"profile": status, "profile_reason": reason[-REASON_CHARS:]})

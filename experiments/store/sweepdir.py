@@ -34,7 +34,7 @@ class SweepState(Json):
     jobs: int | None  # None: a sweeper whose jobs can't be listed in advance
     points: int | None
     start: float
-    measurements: int | None = None  # points × processes: what the progress counts
+    measurements: int | None = None  # points × workers (timed and profiling): what the progress counts
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
     resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
     machine: MachineCheck | None = None  # the machine check the sweep ran before its first job

@@ -193,6 +193,8 @@ def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str
             for f in artifacts.iterdir():
                 if f.is_file() and f.name != MARKER:
                     shutil.copy2(f, tmp)
+                elif f.is_dir():  # profile/<op>/: a profile's files
+                    shutil.copytree(f, Path(tmp) / f.name)
             client.log_artifacts(run_id, tmp)
         if have and INCOMPLETE in have.tags:
             client.delete_tag(run_id, INCOMPLETE)

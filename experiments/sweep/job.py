@@ -76,10 +76,12 @@ def run(cfg: DictConfig) -> None:
             interrupts.checkpoint()
             recs = points.run_job(this, out, on_measured, sweep.directory / PEAKS, after_worker=log_kept,
                                   cache=state.compile_cache(sweep.directory, this), machine=state.machine, spent=spent)
-        times = points.JobTimes(time.perf_counter() - start, points.measuring_s(recs), len(recs), **spent)
+        times = points.JobTimes(time.perf_counter() - start, points.measuring_s(recs), len(recs),
+                                profiling_s=points.profiling_s(recs), **spent)
         (out / points.TIMES).write_text(times.to_json())
-        log.info("job: %.2f s wall, %.2f s measuring, %.2f s fixed cost for %d points", times.wall_s,
-                 times.measuring_s, times.fixed_s, times.points)
+        profiling = f", {times.profiling_s:.2f} s profiling" if this.profile else ""
+        log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
+                 times.measuring_s, profiling, times.fixed_s, times.points)
     except interrupts.Interrupted as e:
         if not multirun or states.ACTIVE is not None:
             raise  # this process runs the sweep: it ends the sweep

@@ -1,8 +1,12 @@
 """A job's points, measured in `bench.processes` fresh workers one after another; each point's record is built after
-its last process, saved in its dir and handed on to be logged. Parent side."""
+its last process and saved in its dir; with profile=true one more worker then profiles the points, and each record
+is saved again with its profile added; then it is handed on to be logged. Parent side."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -14,12 +18,14 @@ import numpy as np
 import yaml
 
 from experiments.common.job import Job
-from experiments.common.protocol import Json, Point, PointResult, Request
+from experiments.common.protocol import PARTS, Json, Point, PointResult, Request
 from experiments.harness import external, manager
 from experiments.measure.machine import MachineCheck, prior
 from experiments.store import records
+from experiments.sweep import interrupts
 
 log = logging.getLogger("nnbench")
+EXTERNAL = "framework=external runs a runner in another language: nnbench profiles only its own backends"
 TIMES = "job.json"
 
 
@@ -37,11 +43,12 @@ class JobTimes(Json):
     warmup_s: float = 0.0
     sampling_s: float = 0.0
     logging_s: float = 0.0  # plots and the store, between workers
+    profiling_s: float = 0.0  # profile=true: inside the profiling worker, from each op's build to its files
 
     @property
     def fixed_s(self) -> float:
         """Worker starts, imports, model builds, plots and logging."""
-        return self.wall_s - self.measuring_s
+        return self.wall_s - self.measuring_s - self.profiling_s
 
 
 Measured = Callable[[Point, int, PointResult, "records.Record | None", "Path | None"], None]
@@ -65,6 +72,10 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     narrow its re-run interval: its CI is a fraction of the spread between the processes so far (`between`), or of
     a prior before two processes have measured: bench.between_prior, or the `machine` check's drift if larger.
     `spent` receives where the time went (JobTimes' fields).
+
+    With profile=true the points measured are saved first, then profiled by one more worker (`profile`), and
+    passed along once profiled: the profiler never runs while a point is timed, and a profile adds to a saved
+    record without changing any of its timings.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(yaml.safe_dump(job.cfg, sort_keys=False))
@@ -91,12 +102,19 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
 
     results: list[list[PointResult]] = [[] for _ in job.points]
     recs: list[records.Record] = []
+    to_profile: list[tuple[Point, records.Record, Path]] = []
     try:
         for r in range(n):
             spread = between(results, {op for p in job.points for op in p.ops},
                              prior(machine, job.budget.between_prior))
             request = job.request(peaks and peaks.resolve(), spread)
-            measure_process(job, job_dir, r, request, results, recs, measure, on_measured, logged, machine)
+            measure_process(job, job_dir, r, request, results, recs, to_profile, measure, on_measured, logged,
+                            machine)
+        if to_profile:
+            try:
+                recs += profile(job, job_dir, to_profile, measure, on_measured)
+            finally:
+                logged()
     finally:
         if server is not None:
             server.close()
@@ -122,10 +140,11 @@ def between(results: list[list[PointResult]], ops: set[str], prior: float) -> di
 
 
 def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: list[list[PointResult]],
-                    recs: list[records.Record], measure: Callable, on_measured: Measured,
-                    after_worker: Callable[[], None], machine: MachineCheck | None = None) -> None:
+                    recs: list[records.Record], to_profile: list[tuple[Point, records.Record, Path]],
+                    measure: Callable, on_measured: Measured, after_worker: Callable[[], None],
+                    machine: MachineCheck | None = None) -> None:
     """Process r of every point of the job: one worker measures them all, in order. After the last process each
-    point's record is built and saved."""
+    point's record is built and saved; with profile=true it waits in `to_profile` to be profiled."""
     n = job.processes
     order = iter(range(len(job.points)))  # a worker reports its points in order
 
@@ -139,8 +158,13 @@ def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: 
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             rec = records.build(job, job.points[i], [failed])
+        if job.profile and job.framework == "external":
+            rec = records.without_profile(rec, "unavailable", EXTERNAL)
         directory = job_dir / "points" / rec.slug
         rec.save(directory)
+        if job.profile and rec.outcome == "ok" and job.framework != "external":
+            to_profile.append((job.points[i], rec, directory))  # saved: its timings are final
+            return on_measured(job.points[i], r, result, None, None)
         recs.append(rec)
         on_measured(job.points[i], r, result, rec, directory)
 
@@ -150,8 +174,55 @@ def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: 
         reason = traceback.format_exc()
         for p in [p for p, got in zip(job.points, results) if len(got) == r]:
             take(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
+    except interrupts.Interrupted as e:  # the points measured to the end keep their timings, unprofiled
+        for point, rec, directory in to_profile:
+            rec = records.without_profile(rec, "interrupted", f"interrupted by {e} before it was profiled")
+            rec.save(directory)
+            with contextlib.suppress(interrupts.Interrupted):  # raised once, below
+                on_measured(point, r, PointResult(point.batch_size), rec, directory)
+        raise
     finally:
         after_worker()
+
+
+def profile(job: Job, job_dir: Path, todo: list[tuple[Point, records.Record, Path]], measure: Callable,
+            on_measured: Measured) -> list[records.Record]:
+    """One more worker profiles the saved points (their measured ops); each record is saved again with its profile
+    and passed along. A fault in the profiling fails the profile, never the point; an interrupt keeps every point
+    with the timings it has."""
+    out, done = job_dir / "process-profile", []
+    request = dataclasses.replace(job.request(), profile_dir=str(out / "files"),
+                                  points=tuple(Point(p.batch_size, tuple(op for op in p.ops if op in rec.samples))
+                                               for p, rec, _ in todo))
+    order = iter(todo)
+
+    def take(result: PointResult) -> None:
+        point, rec, directory = next(order)
+        try:
+            rec = records.add_profile(rec, result, out / "files" / f"bs{point.batch_size}", directory)
+        except Exception:  # a harness bug fails this profile, not the point
+            rec = records.without_profile(rec, "failed", f"harness error\n{traceback.format_exc()}")
+        signum = interrupts.pending() if result.failure is not None else None
+        why = f"interrupted by {signal.Signals(signum).name} before it was profiled" if signum else ""
+        if not signum:
+            return keep(point, result, rec, directory)
+        for point, rec, directory in [(point, rec, directory), *order]:
+            with contextlib.suppress(interrupts.Interrupted):  # raised once, below
+                keep(point, result, records.without_profile(rec, "interrupted", why), directory)
+        raise interrupts.Interrupted(signum)
+
+    def keep(point: Point, result: PointResult, rec: records.Record, directory: Path) -> None:
+        rec.save(directory)
+        done.append(rec)
+        on_measured(point, job.processes, result, rec, directory)
+
+    try:
+        measure(request, out, job.timeout_s, on_result=take)
+    except Exception:  # a harness bug must not stop the sweep either
+        reason = traceback.format_exc()
+        for point, _, _ in list(order):
+            take(PointResult(point.batch_size, failure="harness error", stderr_tail=reason))
+    return done
 
 
 def summary(rec: records.Record) -> str:
@@ -171,9 +242,23 @@ def summary(rec: records.Record) -> str:
         parts.append(f"NOISY: other processes used {busy:.2f} cores while it was measured")
     if rec.tags.get("unstable") == "true":
         parts.append(f"UNSTABLE: {rec.tags['unstable_hint']}")
+    if rec.tags.get("profile", "ok") != "ok":
+        parts.append(f"profile {rec.tags['profile']}: {rec.tags['profile_reason'].splitlines()[0]}")
+    for op in rec.params["ops"].split(",") if rec.tags.get("profile") == "ok" else ():
+        m = {p: rec.metrics.get(f"{op}_time_{p}_s") for p in PARTS}
+        if m["overhead"] is not None:
+            top = max(m, key=lambda p: m[p])
+            parts.append(f"{op} profiled: {rec.metrics[f'{op}_profile_wall_s'] * 1e3:.3f} ms "
+                         f"({rec.metrics[f'{op}_profile_wall_ratio']:.2f}× the median), most in {top} "
+                         f"({m[top] * 1e3:.3f} ms)")
     return "; ".join(parts)
 
 
 def measuring_s(recs: list[records.Record]) -> float:
     """Time spent inside the timing harness (first calls and warm-up included)."""
     return sum(s["elapsed_s"] for r in recs for s in r.samples.values())
+
+
+def profiling_s(recs: list[records.Record]) -> float:
+    """Time spent profiling inside the profiling worker (each op's build, first call and files included)."""
+    return sum(v for r in recs for k, v in r.metrics.items() if k.endswith("_profile_elapsed_s"))

@@ -54,7 +54,7 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
                      "%s; they are skipped", skipped, sum(len(j.points) for j in jobs), uri)
             jobs = [without(j, resumed.get(str(i), [])) for i, j in enumerate(jobs)]
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
-        measurements = sum(len(j.points) * j.processes for j in jobs) if jobs is not None else None
+        measurements = sum(len(j.points) * j.workers for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
         state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
                            machine=machine)

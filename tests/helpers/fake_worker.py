@@ -7,14 +7,19 @@ FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the reques
 interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
 numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the job has saved the first
 point, fill the disk holding PATH before measuring the next one.
+
+A profile request (profile=true) is answered with a made-up profile per op; its files hold the point's record.json
+as the profiling worker found it (`record-before-profiling.json`: saved before any profiling starts). With
+FAKE_PROFILE_FAULT=segv the profiling worker crashes instead.
 """
 import os
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
-from experiments.common.protocol import PointResult, Request
+from experiments.common.protocol import CATEGORIES, OpProfile, OpResult, PointResult, ProfiledOp, Request
 from tests.helpers import ok_op
 
 args = sys.argv[1:]  # -m experiments.measure.worker ...
@@ -47,6 +52,30 @@ def fill_disk(path: Path) -> None:
                 pass
 
 
+
+
+def profiled(batch: int, op: str) -> OpResult:
+    """A made-up profile of one op (the op takes 1 ms: 0.1 ms per category, the rest overhead), and its files."""
+    out = Path(request.profile_dir) / f"bs{batch}" / op
+    out.mkdir(parents=True, exist_ok=True)
+    for rec in results.parents[1].glob("points/*/record.json"):  # this worker is <job>/process-profile/
+        if f'"batch_size": "{batch}"' in rec.read_text():
+            shutil.copy(rec, out / "record-before-profiling.json")
+    (out / "top.md").write_text("# fake\n")
+    parts = dict.fromkeys(CATEGORIES, 1e-4) | {"other": 0.0, "overhead": 1e-3 - 8e-4}
+    return OpResult("ok", device="cpu", profile=OpProfile(1e-3, parts, [1e-3] * 5, [ProfiledOp("fake", "conv", 1, 1e-4)],
+                                                          0.01))
+
+
+if request.profile_dir:
+    if os.environ.get("FAKE_PROFILE_FAULT") == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    for p in request.points:
+        line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: profiled(p.batch_size, op)
+                                                                             for op in p.ops})
+        with open(results, "a") as f:
+            f.write(line.to_json() + "\n")
+    sys.exit(0)
 for i, p in enumerate(request.points[:len(request.points) if fault == "none" else 0 if fault in ("hang", "early")
                                      else 1]):
     if i == 1 and "FAKE_FILL_DISK" in os.environ:

@@ -81,3 +81,30 @@ def test_filter_string_maps_params_and_tags():
         "tags.mlflow.parentRunId = 'abc' and metrics.inference_median_s < 0.01")
     with pytest.raises(ValueError, match="not key=value"):
         filter_string(["lenet"], None, None)
+
+
+def profiled_runs():
+    """fake_runs with training bs32 and bs128 profiled: jax spends 3 ms more in the optimizer at bs128."""
+    df = fake_runs()
+    for i, r in df.iterrows():
+        if r.get("params.mode") and r["params.batch_size"] in ("32", "128"):
+            jax, big = r["params.mode"] == "jax-jit", r["params.batch_size"] == "128"
+            for p, ms in {"conv": 2.0, "optimizer": 4.0 if jax and big else 1.0, "overhead": 0.5}.items():
+                df.loc[i, f"metrics.training_time_{p}_s"] = ms * 1e-3
+            df.loc[i, "metrics.training_profile_wall_s"] = (7.5 if jax and big else 4.5) * 1e-3
+    return df
+
+
+def test_breakdown_and_the_part_that_differs_most(tmp_path):
+    t = tables.tidy(profiled_runs())
+    b = tables.breakdown(t)
+    assert len(b) == 4 and list(b["variant"][:2]) == ["torch-eager fp32", "jax-jit fp32"]  # the baseline first
+    assert b["time_norm_s"].fillna(0).eq(0).all()
+    assert tables.differences(b) == [
+        "torch-eager vs jax-jit, lenet training bs32: convolution 2 vs 2 ms (step 4.5 vs 4.5 ms)",
+        "torch-eager vs jax-jit, lenet training bs128: optimizer update 1 vs 4 ms (step 4.5 vs 7.5 ms)"]
+    files = pages.write(t, tmp_path)
+    assert {"breakdown.csv", "breakdown_lenet_training_bs32.png", "breakdown_lenet_training_bs128.png"} <= set(files)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Where one step's time goes" in md and "optimizer update 1 vs 4 ms" in md
+    assert "breakdown.csv" not in pages.write(tables.tidy(fake_runs()), tmp_path / "plain")

@@ -151,3 +151,21 @@ def test_the_run_description_is_one_line_with_the_median_and_interval():
     note = rec.tags[records.NOTE]
     assert "\n" not in note and note.startswith("lenet · torch-compile · fp32 · bs32 on cpu: inference 1 ms [")
     assert note.endswith("(median per call and the 95% interval of a re-run, 5 processes)")
+
+
+def test_a_profile_adds_metrics_tags_and_files_and_changes_nothing(tmp_path):
+    from experiments.common.protocol import PARTS, OpProfile
+
+    rec = records.build(JOB, POINT, [ok_result({"inference": ok_op(0.002, 32), "training": ok_op(0.004, 32)})])
+    (tmp_path / "files" / "inference").mkdir(parents=True)
+    (tmp_path / "files" / "inference" / "top.md").write_text("# top\n")
+    prof = OpProfile(0.003, {"conv": 0.002, "overhead": 0.001}, [0.003] * 5, [], 0.5)
+    result = ok_result({"inference": OpResult("ok", profile=prof), "training": OpResult("skipped", reason="gone")})
+    out = records.add_profile(rec, result, tmp_path / "files", tmp_path / "point")
+    assert {k: out.metrics[k] for k in rec.metrics} == rec.metrics and out.tags["profile"] == "ok"
+    assert {f"inference_time_{p}_s" for p in PARTS} <= set(out.metrics) and out.metrics["inference_time_norm_s"] == 0
+    assert out.metrics["inference_profile_wall_ratio"] == pytest.approx(1.5)
+    assert out.metrics["inference_profile_steps"] == 5 and out.tags["profile_skip_reason_training"] == "gone"
+    assert (tmp_path / "point" / "profile" / "inference" / "top.md").exists()
+    failed = records.add_profile(rec, PointResult(32, failure="worker killed by SIGSEGV"), tmp_path, tmp_path)
+    assert failed.metrics == rec.metrics and failed.tags["profile"] == "failed"

@@ -66,6 +66,8 @@ CASES = [
     Case("seed-negative", ("seed=-1",), "seed must be in [0, 2**32) (got -1)"),
     Case("repeat-negative", ("repeat=-1",), "repeat is a replicate index (got -1)"),
     Case("compile-maybe", ("framework.compile=maybe",), "framework.compile must be true or false (got 'maybe')"),
+    Case("profile-maybe", ("profile=maybe",), "profile must be true or false (got 'maybe')"),
+    Case("profile-typo", ("profiel=true",), "unknown key 'profiel': did you mean profile?"),
     Case("compile-typo", ("framework.compiled=true",), "unknown key 'framework.compiled': did you mean "
                                                        "framework.compile?"),
     Case("double-comma", ("framework=jax,,torch",), "cannot parse 'framework=jax,,torch'"),

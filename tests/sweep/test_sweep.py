@@ -101,6 +101,13 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
 
 
 @pytest.mark.slow
+def test_compare_profile_asks_for_profiled_runs(readme_sweep):
+    cwd, _, _ = readme_sweep
+    r = nnbench("compare", ["model=lenet", "--profile"], cwd)
+    assert r.returncode == 2 and "no profiled runs among the 8 selected: measure them with profile=true" in r.stderr
+
+
+@pytest.mark.slow
 def test_compare_report_matches_the_store(readme_sweep, tmp_path):
     cwd, uri, _ = readme_sweep
     r = nnbench("compare", ["model=lenet", "--out", str(tmp_path / "rep")], cwd)

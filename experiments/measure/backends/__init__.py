@@ -40,6 +40,27 @@ class Step:
     sync: Callable[[Any], None]  # blocks until every leaf of an output is computed
     device_of: Callable[[Any], str]  # where an output actually lives, e.g. "cpu" or "cuda:0"
     compiles: Callable[[], int] | None = None  # compilations so far (jit or torch.compile); None when eager
+    program: Callable[[], str] | None = None  # the compiled program as text, once called; None when eager
+
+
+@dataclass(frozen=True)
+class Span:
+    """One op's interval inside a profiled step, in seconds on the profiler's clock (`<name>_profile.trace`)."""
+
+    name: str
+    category: str  # one of common.protocol.CATEGORIES
+    start: float
+    end: float
+    part: bool = False  # a piece of an op's work on another thread (XLA's thread pools): not a call of its own
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One profiled step: its interval and the ops inside it."""
+
+    start: float
+    end: float
+    spans: list[Span]
 
 
 class Backend(Protocol):

@@ -152,6 +152,9 @@ class Backend:
 
             def fn():
                 return jitted(leaves, x)
+
+            def args():
+                return leaves, x
         elif op == "grad":
             grad = make_grad(spec, make_loss(spec, model))
             f, leaves = flat(lambda state, x, y: grad(*state, x, y), (p, rest), self.device)
@@ -159,6 +162,9 @@ class Backend:
 
             def fn():
                 return jitted(leaves, x, y)
+
+            def args():
+                return leaves, x, y
         else:
             tx = optax.adam(1e-3)
             train = make_train_step(make_loss(spec, model), tx)
@@ -174,8 +180,13 @@ class Backend:
                 nonlocal leaves  # the previous state was donated: keep only the new one
                 leaves, loss = jitted(leaves, x, y)
                 return leaves, loss
-        return Step(fn, jax.block_until_ready, device_of,
-                    compiles=jitted._cache_size if self.setup.compile else None)
+
+            def args():
+                return leaves, x, y  # the current state: lowering reads only shapes and dtypes
+        if not self.setup.compile:
+            return Step(fn, jax.block_until_ready, device_of)
+        return Step(fn, jax.block_until_ready, device_of, compiles=jitted._cache_size,
+                    program=lambda: jitted.lower(*args()).compile().as_text())  # XLA's optimized HLO (cached)
 
     def matmul(self, n: int) -> Step:
         a = jax.device_put(jnp.ones((n, n), dtype(self.setup.precision)) / n, self.device)

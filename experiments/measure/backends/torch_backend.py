@@ -11,6 +11,7 @@ which torch reads as channels_last, and oneDNN then took its NHWC kernels (LeNet
 """
 from __future__ import annotations
 
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -94,6 +95,7 @@ class Backend:
         compiled_before = graphs["unique_graphs"]
         if s.compile:
             torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
+            program = generated_code()
         mode = None if s.compile_mode == "default" else s.compile_mode
         jit = (lambda f: torch.compile(f, dynamic=False, mode=mode)) if s.compile else (lambda f: f)
         model = make_model(spec, spec.init(seed), s.precision, train=op != "inference")
@@ -125,8 +127,10 @@ class Backend:
                 return state, value
         if mode == "reduce-overhead":
             fn = marked(fn)
-        return Step(fn, sync_of(self.device), device_of,
-                    compiles=(lambda: graphs["unique_graphs"] - compiled_before) if s.compile else None)
+        if not s.compile:
+            return Step(fn, sync_of(self.device), device_of)
+        return Step(fn, sync_of(self.device), device_of, compiles=lambda: graphs["unique_graphs"] - compiled_before,
+                    program=program)
 
     def matmul(self, n: int) -> Step:
         a = torch.full((n, n), 1 / n, dtype=dtype(self.setup.precision), device=self.device)
@@ -154,6 +158,20 @@ class Backend:
         if cuda and torch.backends.cudnn.is_available():
             env["cudnn_version"] = str(torch.backends.cudnn.version())
         return env
+
+
+def generated_code():
+    """What Inductor generates from here on, as text: each Python module it loads (the wrapper that calls the
+    kernels and the extern ops in order, with each kernel's source and the ATen ops it fuses)."""
+    from torch._inductor.codecache import PyCodeCache  # Inductor is imported by processes that compile only
+
+    before = {id(m) for m in PyCodeCache.modules}  # the cache is process-wide: earlier ops' modules are in it
+
+    def program() -> str:
+        return "".join(f"# ==== Inductor output code: {m.__file__}\n{Path(m.__file__).read_text()}\n"
+                       for m in PyCodeCache.modules if id(m) not in before)
+
+    return program
 
 
 def marked(fn):
