@@ -13,7 +13,7 @@ from pathlib import Path
 
 from experiments.cli.common import add_selection, select
 from experiments.common.config import DEFAULT_BASELINE
-from experiments.common.errors import OK
+from experiments.common.errors import OK, BadInput
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
