@@ -375,12 +375,14 @@ def reason(output: str) -> str:
 
 def released(name: str, index: Index, pre: bool = False) -> list[str]:
     """Every version of `name` the index serves this interpreter (pip's view: its configuration applies, yanked files
-    and Requires-Python misfits left out), oldest first; LookupError with pip's reason."""
-    r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--json", "--disable-pip-version-check",
+    and Requires-Python misfits left out), oldest first; LookupError with pip's reason. Its text output, which every
+    pip since 21.2 prints (`--json` is newer than the pip of a fresh venv)."""
+    r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check",
                         *(["--pre"] if pre else []), *index.pip_args(), name], capture_output=True, text=True)
-    if r.returncode:
+    listing = next((ln.split(":", 1)[1] for ln in r.stdout.splitlines() if ln.startswith("Available versions:")), None)
+    if r.returncode or listing is None:
         raise LookupError(reason(r.stderr or r.stdout))
-    return sorted(json.loads(r.stdout)["versions"], key=Version)
+    return sorted((v.strip() for v in listing.split(",") if v.strip()), key=Version)
 
 
 def in_range(versions: list[str], bounds: str, pre: bool = False) -> list[str]:

@@ -2,13 +2,16 @@
 planted package built from a local index with uv and with pip, offline, cached, listed and cleaned."""
 import json
 import re
+import site
 import subprocess
+import venv
 
 import pytest
 
 from experiments.harness import envs
 from experiments.measure.environment import ENV_MANIFEST, fingerprint, spec_record
 from experiments.selfcheck import planted
+from tests.helpers import ROOT
 
 VERSIONS = [f"1.{i}" for i in range(8)]
 
@@ -125,6 +128,17 @@ def test_the_index_lists_its_versions(offline, index):
     assert envs.released("nnbench-planted", envs.Index(index)) == VERSIONS
     with pytest.raises(LookupError):
         envs.released("nnbench-nosuch", envs.Index(index))
+
+
+def test_the_index_lists_its_versions_with_a_fresh_venvs_pip(offline, index, tmp_path):
+    """`bisect` in a venv made as the README makes it: its pip is ensurepip's (no `pip index versions --json`)."""
+    venv.create(tmp_path / "v", with_pip=True)
+    (v_site,) = (tmp_path / "v").glob("lib/python*/site-packages")
+    (v_site / "nnbench-test.pth").write_text("\n".join([str(ROOT), *site.getsitepackages()]))  # after its own pip
+    code = "import sys; from experiments.harness import envs; print(envs.released('nnbench-planted', envs.Index(sys.argv[1])))"
+    r = subprocess.run([tmp_path / "v" / "bin" / "python", "-c", code, str(index)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == str(VERSIONS)
 
 
 def test_the_manifest_is_what_the_worker_reads(tmp_path):
