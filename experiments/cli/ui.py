@@ -51,7 +51,8 @@ def run(a: argparse.Namespace) -> int:
         return OK
     if not port_free(a.port):
         raise BadInput(f"port {a.port} on 127.0.0.1 is in use: choose another with --port (e.g. --port {a.port + 1})")
-    signal.signal(signal.SIGTERM, interrupt)  # a kill stops the UI too, as Ctrl-C does
+    for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and a kill stop the UI, even where a shell started
+        signal.signal(signum, interrupt)            # this in the background with SIGINT ignored (as the sweep)
     proc, log = start(uri, path, a.port)
     try:
         links(uri, exp, latest, a.port)

@@ -47,3 +47,29 @@ def test_a_tracking_server_gets_its_own_links_and_nothing_started(tmp_path):
     assert lines[0] == (f"runs table: http://127.0.0.1:{port}/#/experiments/1/runs?workflowType=machine_learning"
                         "&viewStateShareKey=nnbench")
     assert lines[1].startswith("no sweep in this experiment yet") and "serving" not in r.stdout
+
+
+def test_ctrl_c_stops_the_ui_and_its_server_even_started_with_sigint_ignored(tmp_path):
+    """A shell starts background jobs with SIGINT ignored; Ctrl-C (SIGINT to the process) still stops `nnbench ui`
+    and the MLflow server it started, at once and with exit code 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    uri, _ = make_store(tmp_path)
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "experiments", "ui", "--uri", uri, "--port", str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert ui.stdout.readline().startswith("starting the MLflow UI")
+        assert ui.stdout.readline().startswith("runs table: ")  # printed once the UI answers
+        os.kill(ui.pid, signal.SIGINT)
+        assert ui.wait(timeout=60) == 0
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)
+    with socket.socket() as s:  # the server is gone: its port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
