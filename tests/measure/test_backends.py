@@ -118,7 +118,7 @@ def test_environment_is_allow_listed(fw):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fw", ADAPTERS)
 def test_gpu_fp32_is_full_fp32(fw):
-    """On a GPU the outputs live on cuda:0, and fp32 means fp32 on both sides: TF32 off (FACTS.md's trap)."""
+    """On a GPU the outputs live on cuda:0, and fp32 means fp32 on both sides: TF32 off (docs/measuring.md, same arithmetic)."""
     if not gpu_visible(fw):
         pytest.skip(f"{fw} sees no GPU")
     backend = load(fw)
