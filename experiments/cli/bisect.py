@@ -22,7 +22,7 @@ import dataclasses
 
 from experiments.cli.common import add_environments, environments, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
-from experiments.report.verdict import ALPHA, THRESHOLD
+from experiments.report.verdict import ALPHA, THRESHOLD, judge
 from experiments.store.uris import store_uri
 
 
@@ -94,6 +94,7 @@ class Bisect:
         self.index, self.how, self.cache, self.base = index, how, cache, envs.packages()
         self.point, self.op = job.points[0], job.points[0].ops[0]
         self.envs: dict[str, object] = {}  # version -> its Env, or the reason it can't be built
+        self.fingerprints: dict[str, str | None] = {}  # version -> its environment's fingerprint, probed once
         self.levels: dict[str, Level] = {}
         self.skipped: dict[str, str] = {}
         self.exp_id = tracking.open_store(uri, a.experiment)
@@ -127,9 +128,10 @@ class Bisect:
         from experiments.store import records, tracking
 
         python = str(self.envs[v].python)
-        fingerprint = None
-        if self.job.framework != "external":  # a runner's fingerprint comes from what it prints
-            fingerprint = manager.probe([(python, self.job.framework, self.job.setup, self.job.allocator)])[0][1]
+        if v not in self.fingerprints:  # a runner's fingerprint comes from what it prints: none to probe
+            self.fingerprints[v] = None if self.job.framework == "external" else manager.probe(
+                [(python, self.job.framework, self.job.setup, self.job.allocator)])[0][1]
+        fingerprint = self.fingerprints[v]
         rows, samples = [], {}
         for r in range(self.a.repeats):
             cfg = self.job.cfg | {"runtime": self.job.cfg["runtime"] | {"python": python}, "repeat": r}
@@ -171,8 +173,6 @@ class Bisect:
                 self.say(f"skip {v}: {self.skipped[v]}")
 
     def verdict(self, old: str, new: str):
-        from experiments.report.verdict import judge  # scipy is slow to import: only once measured
-
         return judge([(self.levels[old].medians, self.levels[new].medians)], self.a.threshold, self.a.alpha)[0]
 
     def end(self, lo: int, step: int) -> int | None:

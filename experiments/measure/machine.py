@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from experiments.measure.meter import background_cores, meter
+
 WINDOW_S = 0.2  # one window: a second-long plateau (seen here) spans several, so they show it
 UNIT_S = 0.002  # one timed unit of the fixed loop
 # Above these the machine itself limits precision: a fixed loop's windows differ by more than 5% (SD of their log
@@ -89,7 +91,7 @@ def facts() -> dict[str, str]:
 def check(duration_s: float = 2.0) -> MachineCheck:
     """Time the fixed loop back to back for `duration_s`, in windows; read what else ran meanwhile."""
     n = calibrate()
-    own, busy = psutil.Process().cpu_times(), psutil.cpu_times()
+    before = meter()
     start = wall = time.perf_counter()
     windows: list[float] = []
     while wall - start < duration_s:
@@ -99,13 +101,11 @@ def check(duration_s: float = 2.0) -> MachineCheck:
             units.append(time.perf_counter() - t0)
         windows.append(float(np.median(units)))
         wall = time.perf_counter()
-    own2, busy2 = psutil.Process().cpu_times(), psutil.cpu_times()
-    mine = (own2.user + own2.system) - (own.user + own.system)
-    total = sum(getattr(busy2, k) - getattr(busy, k) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    after = meter()
     logs = np.log(windows)
     return MachineCheck(window_sd=float(np.std(logs, ddof=1)) if len(windows) > 1 else 0.0,
                         window_spread=max(windows) / min(windows),
-                        other_cores=max(0.0, (total - mine) / (wall - start)), load_avg_1m=os.getloadavg()[0],
+                        other_cores=background_cores({k: after[k] - before[k] for k in after}), load_avg_1m=os.getloadavg()[0],
                         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                         facts=facts())
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 ALPHA, THRESHOLD = 0.05, 0.05
 SLOWER, FASTER, SAME, UNKNOWN = "slower", "faster", "no change", "no verdict"
@@ -57,6 +56,7 @@ def welch(old: Sequence[float], new: Sequence[float], confidence: float = 0.95) 
     if se == 0:  # identical processes on both sides: the difference is all there is
         return math.exp(d), math.exp(d), math.exp(d), float(d == 0)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    from scipy import stats  # scipy takes most of a second to import: not for the commands' --help and errors
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     p = float(2 * stats.t.sf(abs(d) / se, df))
     return math.exp(d), math.exp(d - half), math.exp(d + half), p
@@ -70,6 +70,7 @@ def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], threshold: f
     qs = np.full(len(ps), math.nan)
     known = ~np.isnan(ps)
     if known.any():
+        from scipy import stats  # as in welch
         qs[known] = stats.false_discovery_control(ps[known])
     out = []
     for (old, new), (ratio, lo, hi, p), q in zip(pairs, tests, qs):

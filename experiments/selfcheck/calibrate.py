@@ -19,6 +19,7 @@ Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 w
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import subprocess
 import sys
@@ -104,11 +105,11 @@ def aa_ab(pairs: list[pd.DataFrame], factors=FACTORS, mde: bool = True) -> dict:
     same = [found(p, ("slower", "faster")) for p in pairs]
     n = sum(m for _, m in same)
     held = sum(holds_one(p) for p in pairs)
-    detect = {f: sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs) for f in factors}
-    out = {"n": n, "no_change": n - sum(k for k, _ in same), "interval_holds_1": held, "detected": detect}
+    hits = functools.cache(lambda f: sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs))  # each factor judged once
+    out = {"n": n, "no_change": n - sum(k for k, _ in same), "interval_holds_1": held,
+           "detected": {f: hits(f) for f in factors}}
     if mde:
-        out["mde"] = next((f for f in MDE_GRID if sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs) >= DETECT * n),
-                          None)
+        out["mde"] = next((f for f in MDE_GRID if hits(f) >= DETECT * n), None)
     return out
 
 
@@ -145,8 +146,7 @@ def sweep(args: list[str], uri: str, workdir: Path) -> None:
 
 
 def last_sweep(uri: str) -> pd.DataFrame:
-    parents = tracking.search(uri, "nnbench", "tags.`nnbench.sweep` = 'true'")
-    parent = parents.sort_values("start_time")["run_id"].iloc[-1]
+    parent = tracking.latest_sweep(uri, "nnbench").info.run_id
     return tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
 
 

@@ -248,8 +248,13 @@ def complete_runs(uri: str, run_ids: list[str]) -> set[str]:
 
 
 def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
-    """Runs of the experiment that match an MLflow filter, as Run objects."""
-    return list(MlflowClient(uri).search_runs([experiment_id], filter_string, max_results=5000))
+    """Every run of the experiment that matches an MLflow filter, as Run objects (page by page)."""
+    client, runs, token = MlflowClient(uri), [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string, max_results=5000, page_token=token)
+        runs += page
+        if not (token := page.token):
+            return runs
 
 
 def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: str | None) -> set[str]:

@@ -10,11 +10,9 @@ step, is the optimizer. Where CUDA is present, the ops are the GPU kernels, each
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import logging
 import re
-import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -115,10 +113,7 @@ def trace(step: Step, op: str, steps: int, out: Path, device: str, program: str 
         for i in range(steps):
             with record_function(f"nnbench.step#{i}"):
                 step.sync(step.fn())
-    prof.export_chrome_trace(str(out / "trace.json"))
-    with open(out / "trace.json", "rb") as raw, gzip.open(out / "trace.json.gz", "wb") as packed:
-        shutil.copyfileobj(raw, packed)
-    (out / "trace.json").unlink()
+    prof.export_chrome_trace(str(out / "trace.json.gz"))  # gzipped by torch, from the suffix
     events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
     marks = sorted((e for e in events if e.name.startswith("nnbench.step#")), key=lambda e: e.time_range.start)
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation
@@ -171,13 +166,8 @@ def walk(mark, events: list, kernels: list, op: str, eager: bool) -> Traced:
         else:
             add(e, forward.get(e.sequence_nr) or first_match(TORCH_BACKWARD, node))
     if kernels:  # on a GPU the ops are the kernels: each in its launching op's category
-        spans = [Span(k.name, owner.get(k.linked_correlation_id) or kernel_category(k.name),
+        spans = [Span(k.name, owner.get(k.linked_correlation_id) or category(k.name, [], op, eager=False),
                       k.time_range.start / 1e6, k.time_range.end / 1e6) for k in kernels
                  if s0 <= k.time_range.start < s1]
     return Traced(s0 / 1e6, s1 / 1e6, spans)
 
-
-def kernel_category(name: str) -> str:
-    """A kernel whose launching op is not known: by its own name."""
-    m = KERNEL.match(name)
-    return first_match(INDUCTOR, m.group(1)) if m else first_match(TORCH, name)
