@@ -4,7 +4,7 @@ The packages are layers; each imports only the ones below it (import-linter chec
 
     cli/        `nnbench` (`python -m experiments`): one module per command, one error path
     selfcheck/  checks of the harness and the machine: agree, calibrate, overhead, gpucheck; a planted regression
-    sweep/      the Hydra control (`run.py`): command-line check, preflight, callbacks, one job, ending, interrupts
+    sweep/      the Hydra control (`run.py`): command-line validation, preflight, callbacks, one job, ending, interrupts
     report/     tables, plots, pages, verdicts and change points along an axis, seed 000's lines out
     store/      where results are kept: the sweep dir on disk first, then MLflow (the only mlflow user)
     harness/    the parent's side of a worker: start, watch, stop; runners in other languages; environments per version

@@ -1,6 +1,6 @@
 """Entry point: `python -m experiments.run -m framework=jax,torch model=lenet` (one MLflow run per point).
 
-Every job is checked before Hydra starts (bad input: one line, exit 2, nothing written). Ctrl-C or SIGTERM
+Every job is validated before Hydra starts (bad input: one line, exit 2, nothing written). Ctrl-C or SIGTERM
 stops the worker, keeps what it finished and exits 130 or 143; the last line counts the points. The sweep's
 machinery is in `experiments/sweep/`; the other commands are `nnbench` (`python -m experiments`).
 """
@@ -27,7 +27,7 @@ if __name__ == "__main__":
     interrupts.install()
     atexit.register(interrupts.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
     try:
-        commandline.CHECKED = commandline.check(sys.argv[1:])
+        commandline.VALIDATED = commandline.validate(sys.argv[1:])
         interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place
         main()
     except interrupts.Stop as e:

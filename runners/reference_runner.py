@@ -1,4 +1,4 @@
-"""Reference runner for nnbench's line protocol (runners/README.md), in plain Python + numpy.
+"""Reference runner for seed 000's TIMING lines (runners/README.md), in plain Python + numpy.
 
 Times seed 000's 7-layer MLP (Dense 32→256, 5× Dense 256→256, Dense 256→10, relu) in numpy: `inference` is a
 forward pass, `training` a forward pass, the loss sum((ŷ − y)²), its backward pass and one Adam step (lr 1e-3).

@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from experiments.cli.common import add_environments, environments, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
-from experiments.report.verdict import ALPHA, THRESHOLD, judge
+from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
 from experiments.store.uris import store_uri
 
 
@@ -60,7 +60,7 @@ def run(a: argparse.Namespace) -> int:
     from packaging.version import InvalidVersion, Version  # packaging: only once the arguments parse
     from experiments.harness import envs
 
-    index, how, cache = environments(a)
+    index, how, cache = build_options(a)
     try:
         pre = a.pre or any(Version(b).is_prerelease for b in a.range.split("..") if b)
         listed = envs.released(a.package, index, pre)
@@ -68,7 +68,7 @@ def run(a: argparse.Namespace) -> int:
     except (ValueError, InvalidVersion) as e:
         raise BadInput(f"{e}") from None
     except LookupError as e:
-        raise BadInput(f"cannot list the versions of {a.package}: {e}: check the name, or pass --index-url") from None
+        raise BadInput(f"cannot list the versions of {a.package}: {e}: fix the name, or pass --index-url") from None
     if len(versions) < 2:
         raise BadInput(f"{a.package} has {len(versions)} released version(s) in {a.range} "
                        f"({', '.join(versions) or 'none'}; the index has {', '.join(listed[-8:]) or 'none'}): "
@@ -87,7 +87,7 @@ def run(a: argparse.Namespace) -> int:
 
 class Bisect:
     def __init__(self, a, uri, job, versions, index, how, cache):
-        from experiments.harness import envs  # packaging and mlflow: only once the arguments are checked
+        from experiments.harness import envs  # packaging and mlflow: only once the arguments are validated
         from experiments.store import tracking
 
         self.a, self.uri, self.job, self.versions = a, uri, job, versions
@@ -106,7 +106,7 @@ class Bisect:
 
     def env(self, v: str):
         """The version's environment, or None (skipped: said once)."""
-        from experiments.harness import envs  # packaging: only once the arguments are checked
+        from experiments.harness import envs  # packaging: only once the arguments are validated
 
         if v not in self.envs:
             try:
@@ -186,7 +186,7 @@ class Bisect:
         return None
 
     def run(self) -> int:
-        from experiments.store import tracking  # mlflow is slow to import: only once the arguments are checked
+        from experiments.store import tracking  # mlflow is slow to import: only once the arguments are validated
 
         a, vs = self.a, self.versions
         self.say(f"{len(vs)} versions of {a.package} in {a.range}: {', '.join(vs)}")
@@ -212,7 +212,7 @@ class Bisect:
         ends = self.verdict(vs[lo], vs[hi])
         self.say(f"{vs[lo]} → {vs[hi]}: {ends.verdict} (×{ends.ratio:.3f} [{ends.ci_low:.3f}, {ends.ci_high:.3f}], "
                  f"p {ends.p_value:.2g})")
-        if ends.verdict not in ("slower", "faster"):
+        if not ends.verdict.changed:
             return None, f"the ends {vs[lo]} and {vs[hi]} don't differ ({ends.verdict}): nothing to bisect"
         while hi - lo > 1:
             mid = next((i for i in sorted(range(lo + 1, hi), key=lambda i: abs(i - (lo + hi) // 2))
@@ -227,9 +227,9 @@ class Bisect:
             v = self.verdict(vs[lo], vs[mid])
             self.say(f"{vs[lo]} → {vs[mid]}: {v.verdict} (×{v.ratio:.3f} [{v.ci_low:.3f}, {v.ci_high:.3f}], "
                      f"p {v.p_value:.2g})")
-            lo, hi = (lo, mid) if v.verdict in ("slower", "faster") else (mid, hi)
+            lo, hi = (lo, mid) if v.verdict.changed else (mid, hi)
         last = self.verdict(vs[lo], vs[hi])
-        note = "" if last.verdict != "no change" else (
+        note = "" if last.verdict != Verdict.SAME else (
             f"the step {vs[lo]} → {vs[hi]} alone is below the verdict's reach: the change may be spread over several "
             "versions (nnbench versions and history show them all)")
         return (lo, hi, last), note
@@ -279,7 +279,7 @@ class Bisect:
                 "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
                 "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
         tracking.set_tags(self.uri, self.parent, {
-            "first_changed": vs[found[1]] if found else "none", "verdict": found[2].verdict if found else "no change",
+            "first_changed": vs[found[1]] if found else "none", "verdict": found[2].verdict if found else Verdict.SAME,
             "measured": " ".join(measured), "skipped": " ".join(self.skipped)})
         log(self.uri, self.a.experiment, self.title, s, r, measured, by, None, {}, parent=self.parent, note=text)
         print(f"parent run {self.parent} in {self.uri}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.cli.common import add_selection, select
+from experiments.cli.selection import add_selection, select
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import OK, BadInput
 

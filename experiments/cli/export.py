@@ -1,9 +1,9 @@
 """Stored runs as seed 000's lines: `nnbench export --format timing [model=lenet ...] [--out FILE]`.
 
 `--format timing` prints one TIMING line per framework × model × operation × batch size (the median per call;
-replicates get the median of their medians) and the METADATA lines the seed reads (`JAX device`, `PyTorch device`,
+replicates get the median of their medians) and the METADATA lines the SciML page reads (`JAX device`, `PyTorch device`,
 `JAX version`, `PyTorch version`): the lines SciMLBenchmarks' "Simple Neural Networks" page reads from its Python
-child. Nothing else goes to stdout. See docs/protocol.md.
+child. Nothing else goes to stdout. See docs/runners.md.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.cli.common import add_selection, select
+from experiments.cli.selection import add_selection, select
 from experiments.common.errors import OK, BadInput
 
 FORMATS = ("timing",)

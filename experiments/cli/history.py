@@ -7,7 +7,7 @@ from the per-process medians on either side of it (Welch's t, Benjamini-Hochberg
 regressions table (point, where, before → after, ratio and interval, verdict) and each point's medians, and logs
 them with a trend plot per model and op (steps marked) to a run `history <by> · <selection>` in the store; --out
 writes the same files to a folder. --fail-on-regression exits 1 when a slower level starts at the newest value
-(or at or after --since): a scheduled job's check. See docs/comparing.md.
+(or at or after --since): what a scheduled job asks. See docs/comparing.md.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from experiments.cli.common import add_selection, select
+from experiments.cli.selection import add_selection, select
 from experiments.common.errors import LOST, OK, BadInput
-from experiments.report.verdict import ALPHA, THRESHOLD
+from experiments.report.verdict import ALPHA, THRESHOLD, Verdict
 
 AXES = "jax_version, torch_version, run_date, nnbench_git_commit, env_spec, repeat, ..."
 
@@ -51,7 +51,7 @@ def run(a: argparse.Namespace) -> int:
                  {"by": a.by, "selection": fs, "threshold": a.threshold, "alpha": a.alpha, "values": " ".join(values)})
     print(f"\nlogged as run {run_id} ({title}) in {uri}" + (f"; report: {a.out / 'report.md'}" if a.out else ""))
     new = values[values.index(since):]
-    slower = r[(r["verdict"] == "slower") & r["where"].isin(new)] if not r.empty else r
+    slower = r[(r["verdict"] == Verdict.SLOWER) & r["where"].isin(new)] if not r.empty else r
     return LOST if a.fail_on_regression and len(slower) else OK
 
 
@@ -90,7 +90,8 @@ def report(s, r, values: list[str], by: str, threshold: float, alpha: float) -> 
     out = [f"{points} points along {by}: {' → '.join(values)}", "", history.overview(s, r, values), ""]
     out += [history.regressions_markdown(r), ""] if not r.empty else []
     counts = r["verdict"].value_counts() if not r.empty else {}
-    out.append(f"{len(r)} changes ({counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster) in {points} "
+    slower, faster = (counts.get(v, 0) for v in (Verdict.SLOWER, Verdict.FASTER))
+    out.append(f"{len(r)} changes ({slower} slower, {faster} faster) in {points} "
                f"points (threshold {threshold:.0%}, false discovery rate {alpha})")
     if n := history.unjudged(s):
         out.append(f"note: {n} points have one process per value and too few values to judge; measure them with "

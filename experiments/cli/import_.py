@@ -14,7 +14,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from experiments.cli.common import add_uri
+from experiments.cli.selection import add_uri
 from experiments.common.errors import OK, BadInput, first_line
 from experiments.store.uris import store_uri
 
@@ -28,14 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from experiments.store import imported, tracking  # mlflow is slow to import: only after parsing
+    from experiments.store import imported_lines, tracking  # mlflow is slow to import: only after parsing
 
     try:
         data = a.file.read_bytes()
         mapping = dict(pair.split("=", 1) for pair in a.framework_map.split(",") if pair)
         sha = hashlib.sha256(data).hexdigest()
-        recs = imported.records_of(data.decode(), mapping, a.precision, sha, a.file.name)
-    except (OSError, ValueError, UnicodeDecodeError) as e:  # sciml.ProtocolError is a ValueError
+        recs = imported_lines.records_of(data.decode(), mapping, a.precision, sha, a.file.name)
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # lines.BadLine is a ValueError
         raise BadInput(first_line(e)) from None
     uri = store_uri(a.uri)
     try:

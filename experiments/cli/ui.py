@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from experiments.cli.common import add_uri
+from experiments.cli.selection import add_uri
 from experiments.common.errors import OK, BadInput, first_line
 from experiments.store.uris import UI_PORT, sqlite_path, store_uri
 
@@ -95,13 +95,13 @@ def port_free(port: int) -> bool:
 def start(uri: str, path: Path, port: int) -> tuple[subprocess.Popen, Path]:
     """`mlflow ui` on 127.0.0.1 in its own session, one worker, no job runner (2 processes, not 15), answering."""
     log = Path(tempfile.mkstemp(prefix="nnbench-ui-", suffix=".log")[1])
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    environ = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
     # experiments created in the UI put their artifacts beside the sweeps', where a sqlite client can write them
     artifacts = (path.parent / "artifacts").resolve()
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host",
                                  "127.0.0.1", "--port", str(port), "--workers", "1", "--default-artifact-root",
-                                 artifacts.as_uri()], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 artifacts.as_uri()], env=environ, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     print(f"starting the MLflow UI on {uri} (log: {log}) ...", flush=True)
     deadline = time.monotonic() + READY_S

@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from experiments.cli.common import add_uri
+from experiments.cli.selection import add_uri
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import BAD_INPUT, LOST, OK, error_line, first_line
 from experiments.store.records import META, Record

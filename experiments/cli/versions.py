@@ -3,7 +3,7 @@
 Each PACKAGE==V1,V2,... lists versions; with several packages the specs are their cross product. Each spec gets a
 measuring environment: this one with the spec pinned (jax pins jaxlib at the same version), and what the installer
 must move to satisfy it (a flax that supports an older jax), nothing else; built with uv when installed, else pip
-(--index-url, --find-links pass through), checked (the versions it imports, a LeNet training step where a framework
+(--index-url, --find-links pass through), validated (the versions it imports, a LeNet training step where a framework
 moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
 
 Then the sweep (the overrides after --) runs across the environments, interleaved (runtime.python varies fastest;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.cli.common import add_environments, environments, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from experiments.harness import envs  # packaging and the installers: only once the arguments parse
 
-    index, how, cache = environments(a)
+    index, how, cache = build_options(a)
     try:
         specs = envs.parse(a.specs) if a.specs or not (a.list or a.clean) else []
     except ValueError as e:

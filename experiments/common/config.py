@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -23,6 +24,19 @@ CONF = ROOT / "conf"
 BACKENDS = ROOT / "experiments" / "measure" / "backends"
 # The README's sweep: the one spelling the self-checks and the tests use.
 README_SWEEP = ("framework=jax,torch", "model=lenet")
+
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:
+    class StrEnum(str, Enum):
+        """Python 3.11's enum.StrEnum: each member is its own text (compares, hashes and prints as it)."""
+
+        def __str__(self) -> str:
+            return self.value
+
+        def __format__(self, spec: str) -> str:
+            return format(self.value, spec)
 
 
 def bench_budget(name: str) -> Budget:
@@ -141,7 +155,7 @@ class RuntimeConf:
 
 @dataclass
 class ExternalConf:
-    """framework=external: a runner printing seed 000's lines (docs/protocol.md); top-level keys, so that they
+    """framework=external: a runner printing seed 000's lines (docs/runners.md); top-level keys, so that they
     can be set in the same sweep as jax and torch."""
 
     name: Optional[str] = None  # display name, e.g. Lux: the runs' mode
@@ -156,10 +170,10 @@ class ReportConf:
 @dataclass
 class Config:
     framework: FrameworkConf = field(default_factory=FrameworkConf)
-    model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); checked by models.load
+    model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); validated by models.load
     precision: PrecisionConf = field(default_factory=PrecisionConf)
     bench: BenchConf = MISSING  # conf/bench/*.yaml sets every key
-    batch_size: Optional[int] = None  # null: the model's seed lists per op
+    batch_size: Optional[int] = None  # null: the model's batch lists, per op
     ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])
     device: Device = Device.auto
     seed: int = 0

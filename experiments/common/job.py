@@ -1,4 +1,4 @@
-"""The job: one composed Hydra config, checked and typed once where the sweep starts (`sweep.preflight.check`).
+"""The job: one composed Hydra config, validated and typed once where the sweep starts (`sweep.preflight.job`).
 
 Every layer below the sweep takes a `Job`, never the raw config: the harness asks its workers for `job.request()`,
 the store names and keys its records from it. `cfg` is kept only to be logged as it was composed (the flattened
@@ -16,7 +16,7 @@ from models import ModelSpec
 
 @dataclass(frozen=True)
 class Job:
-    """One checked job: its resolved config as plain data, its model and its points."""
+    """One validated job: its resolved config as plain data, its model and its points."""
 
     cfg: dict
     spec: ModelSpec | None  # None: a model nnbench does not declare (an imported runner's)

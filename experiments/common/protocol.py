@@ -115,7 +115,7 @@ def metric(combine: Callable[[list], float] = statistics.median):
 
 @dataclass(frozen=True)
 class Point(Json):
-    """One measured point of a job: a batch size and the ops the seed measures at it."""
+    """One measured point of a job: a batch size and the ops measured at it."""
 
     batch_size: int
     ops: tuple[str, ...]

@@ -161,14 +161,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nnbench" / "envs"
 
 
-def clean_env() -> dict[str, str]:
-    """This process's environment without PYTHONPATH: the probes see what an interpreter itself imports."""
+def clean_environ() -> dict[str, str]:
+    """This process's environment variables without PYTHONPATH: the probes see what an interpreter itself imports."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def packages(python: str | Path = sys.executable) -> dict[str, tuple[str, list[str]]]:
     """{name: (version, requirements)} of what `python` imports."""
-    r = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, env=clean_env(), cwd="/")
+    r = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, env=clean_environ(), cwd="/")
     if r.returncode:
         raise BuildError(f"cannot list the packages of {python}: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     return {n: (v, reqs) for n, (v, reqs) in json.loads(r.stdout).items()}
@@ -247,12 +247,12 @@ def get(spec: Spec, index: Index, how: str, cache: Path | None = None,
 
 
 def build(target: Path, spec: Spec, base: dict, index: Index, how: str) -> dict:
-    """Make the venv, install what differs, check it; returns its manifest (BuildError naming what failed)."""
+    """Make the venv, install what differs, validate it; returns its manifest (BuildError naming what failed)."""
     shutil.rmtree(target, ignore_errors=True)
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(target)
     python = python_of(target)
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, env=clean_env()).stdout.strip()
+                          capture_output=True, text=True, check=True, env=clean_environ()).stdout.strip()
     paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     Path(site, "nnbench-base.pth").write_text("import site; " + "; ".join(f"site.addsitedir({p!r})" for p in paths)
                                               + "\n")
@@ -280,7 +280,7 @@ def build(target: Path, spec: Spec, base: dict, index: Index, how: str) -> dict:
     for fw, names in PACKAGES.items():
         if set(names) & set(changes):
             r = subprocess.run([str(python), "-m", "experiments.measure.worker", "--smoke", fw], cwd=ROOT,
-                               env=manager.env(), capture_output=True, text=True, timeout=900)
+                               env=manager.environ(), capture_output=True, text=True, timeout=900)
             if r.returncode:
                 why = (r.stdout.strip() or r.stderr.strip() or f"exit {r.returncode}").splitlines()[-1]
                 fit = f" with {describe(moved)} moved to fit" if moved else ""
@@ -350,7 +350,7 @@ def resolve(spec: Spec, wanted: list[str], base: dict, flags: list[str]) -> dict
 
 def run(argv: list, spec: Spec) -> None:
     """An installer's command; its failure as BuildError with the line that says why."""
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=clean_env())
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=clean_environ())
     if r.returncode:
         raise BuildError(f"cannot install {spec}: {reason(r.stderr or r.stdout)}")
 

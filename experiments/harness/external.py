@@ -1,5 +1,5 @@
 """framework=external: a runner in any language, run in a worker's place and read in seed 000's
-line protocol (TIMING, METADATA and nnbench's SAMPLES; see docs/protocol.md).
+lines (TIMING, METADATA and nnbench's SAMPLES; see docs/runners.md).
 
 The command template (`external.command`) is expanded per job with plain comma-separated values, split like a
 shell command line (no shell runs it) and started in the directory the sweep was started from. `{python}` is the
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from experiments.common import sciml
+from experiments.common import lines
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Request
 from experiments.harness import manager
 from experiments.measure.environment import spec_record
@@ -26,11 +26,11 @@ from experiments.measure.stats import summarize
 PLACEHOLDERS = ("model", "precision", "device", "ops", "batch_sizes", "python")
 
 
-def check(template: str | None, name: str | None, python: str = sys.executable) -> None:
+def validate(template: str | None, name: str | None, python: str = sys.executable) -> None:
     """Raise ValueError naming the fix for a missing name or command, an unknown placeholder or program."""
     if not name or not template:
         raise ValueError("framework=external needs external.name=NAME and external.command='PROGRAM ARGS' "
-                         "(see docs/protocol.md)")
+                         "(see docs/runners.md)")
     fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     if unknown := sorted(fields - set(PLACEHOLDERS)):
         raise ValueError(f"external.command has no placeholder {{{unknown[0]}}}: use "
@@ -49,7 +49,7 @@ def command(template: str, request: Request, python: str = sys.executable) -> li
     return shlex.split(template.format(**values))
 
 
-def results(parsed: sciml.Parsed, name: str, model: str, points: tuple[Point, ...], device: str,
+def results(parsed: lines.Parsed, name: str, model: str, points: tuple[Point, ...], device: str,
             python: str = sys.executable) -> list[PointResult]:
     """One PointResult per point; a point whose ops the runner did not time fails, naming what is missing."""
     timings = {t.key: t.seconds for t in parsed.timings}
@@ -95,9 +95,9 @@ def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: 
         reason = manager.exit_reason(rc, "runner")
     if reason is None:
         try:
-            found = results(sciml.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],
+            found = results(lines.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],
                             request.points, request.setup.device, python)
-        except sciml.ProtocolError as e:
+        except lines.BadLine as e:
             reason = f"the runner printed a malformed line: {e}"
     if reason is not None:
         found = [PointResult(p.batch_size, failure=reason, stderr_tail=tail) for p in request.points]

@@ -25,10 +25,10 @@ WORKER = "experiments.measure.worker"  # the worker's entry point, run as a modu
 SERVER = "experiments.measure.server"  # the fork server's
 
 
-def env(allocator: str = "system", cache: Path | None = None) -> dict[str, str]:
-    """The worker's environment: this one, plus the suite on the path, no GPU preallocation, the allocator and the
-    compile cache (`cache_env`)."""
-    out = dict(os.environ) | ALLOCATORS[allocator] | {"NNBENCH_ALLOCATOR": allocator} | cache_env(cache)
+def environ(allocator: str = "system", cache: Path | None = None) -> dict[str, str]:
+    """The worker's environment variables: these, plus the suite on the path, no GPU preallocation, the allocator
+    and the compile cache (`cache_environ`)."""
+    out = dict(os.environ) | ALLOCATORS[allocator] | {"NNBENCH_ALLOCATOR": allocator} | cache_environ(cache)
     out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # never take 75% of a shared GPU
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), out.get("PYTHONPATH")]))
     return out
@@ -42,7 +42,7 @@ def exit_reason(rc: int, who: str = "worker") -> str:
     return f"{who} exited with code {rc}"
 
 
-def cache_env(directory: Path | None) -> dict[str, str]:
+def cache_environ(directory: Path | None) -> dict[str, str]:
     """Where the worker's compilers keep what they compiled: `directory` (the sweep's, per environment and host), so
     a point's later processes load what its first one compiled; None: no compiled-graph cache at all."""
     if directory is None:
@@ -189,7 +189,7 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
             worker = server.start(request_path, results_path, log_path) if server else None
         except ServerUnavailable:
             server = None  # spawn the rest
-        worker = worker or Spawned(python, env(allocator, cache), request_path, results_path, log_path)
+        worker = worker or Spawned(python, environ(allocator, cache), request_path, results_path, log_path)
         try:
             reason = watch(worker, results_path, offset, timeout_s, take)
         except BaseException:  # a harness error or an interrupt: never leave the worker measuring
@@ -246,7 +246,7 @@ def probe(asks: list[tuple[str, str, Setup, str]]) -> list[tuple[str | None, str
     """Ask workers, in parallel, whether each (python, framework, set-up, allocator) works: (None, fingerprint)
     where it does, (the problem, None) where it doesn't."""
     procs = [subprocess.Popen([python, "-m", WORKER, "--probe", fw, setup.to_json()], cwd=ROOT,
-                              env=env(allocator), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              env=environ(allocator), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for python, fw, setup, allocator in asks]
     out = []
     for p in procs:

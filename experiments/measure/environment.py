@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 # Environment variables that change what is measured; nothing else is ever read.
-ENV_FLAGS = (
+ENVIRON_FLAGS = (
     "XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "JAX_PLATFORMS",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_MAX_AUTOTUNE",
     "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD",
@@ -30,7 +30,7 @@ SCHEDULER_VARS = {"SLURM_JOB_ID": "slurm_job_id", "SLURM_ARRAY_JOB_ID": "slurm_a
 FINGERPRINT_KEYS = (
     "python_version", "numpy_version", "jax_version", "jaxlib_version", "flax_version", "optax_version",
     "torch_version", "cuda_version", "cudnn_version", "device_name", "cpu_model", "precision_policy", "allocator",
-) + tuple(f"env_{k}" for k in ENV_FLAGS)
+) + tuple(f"env_{k}" for k in ENVIRON_FLAGS)
 # In an environment `nnbench versions` built (harness/envs.py): its spec and what it changed, at its prefix.
 ENV_MANIFEST = "nnbench-env.json"
 
@@ -57,7 +57,7 @@ def host_record() -> dict[str, str]:
         "host": socket.gethostname(),
         "allocator": os.environ.get("NNBENCH_ALLOCATOR", "system"),  # runtime.allocator, as the harness set it
     }
-    rec.update({f"env_{k}": os.environ[k] for k in ENV_FLAGS if k in os.environ})
+    rec.update({f"env_{k}": os.environ[k] for k in ENVIRON_FLAGS if k in os.environ})
     rec.update({tag: os.environ[k] for k, tag in SCHEDULER_VARS.items() if k in os.environ})
     return rec | spec_record(sys.prefix)
 
@@ -71,7 +71,7 @@ def spec_record(prefix: str | Path) -> dict[str, str]:
     """What an environment built by `nnbench versions` was built for: `env_spec` (jax==0.10.1), `env_changes` (every
     version that differs from the environment it was built from: `jax 0.10.2→0.10.1; jaxlib 0.10.2→0.10.1`),
     `env_packages` and each such package's version (`<name>_version`, pins included), as its manifest at `prefix`
-    says (checked when it was built); {} elsewhere."""
+    says (validated when it was built); {} elsewhere."""
     path = Path(prefix) / ENV_MANIFEST
     if not path.is_file():
         return {}

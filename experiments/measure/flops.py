@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from experiments.measure.backends import check_op
+from experiments.measure.backends import validate_op
 from models import (Act, BatchNorm, Conv, Dense, Flatten, GlobalMeanPool, MatmulChain, MaxPool, Mean, ModelSpec,
                     Residual)
 
@@ -81,7 +81,7 @@ def _walk(layers: tuple, shape: tuple[int, ...], batch: int, trainable: bool, ne
 def flops(spec: ModelSpec, op: str, batch: int, padding: bool = True) -> int:
     """FLOPs of one call of `op` at `batch`, the same for every framework, so achieved TFLOP/s compare like for
     like; raises as the backends do for an op the model can't run (training constant weights)."""
-    check_op(spec, op)
+    validate_op(spec, op)
     # a constant-weight model is differentiated w.r.t. its input, so a gradient is wanted from the start
     fwd, bwd, _, _ = _walk(spec.layers, spec.input_shape, batch, spec.trainable, not spec.trainable, padding)
     if op == "inference":

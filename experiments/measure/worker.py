@@ -22,7 +22,7 @@ from experiments.measure.environment import fingerprint, host_record, machine_re
 from experiments.measure.meter import background_cores, meter, reset_high_water, resident
 
 
-def check_device(step, out, configured: str) -> str:
+def validate_device(step, out, configured: str) -> str:
     """The device the output lives on; a silent fallback to another device is an error, not a result."""
     actual = step.device_of(out)
     if actual.split(":")[0] != configured.split(":")[0]:
@@ -41,7 +41,7 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
         return OpResult("skipped", reason=str(e))
     seen: list[str] = []
     hits = backend.cache_hits()
-    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(check_device(step, o, device)),
+    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(validate_device(step, o, device)),
                        meter=meter, between_sd=req.between.get(op))
     peak = backend.peak_memory()
     d = m.meter

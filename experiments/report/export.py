@@ -1,7 +1,7 @@
 """A store's medians as seed 000's TIMING/METADATA lines (what `nnbench export --format timing` prints): one TIMING
 line per framework × model × operation × batch size (the median per call; replicates get the median of their
-medians) and the METADATA lines the seed reads (`JAX device`, `PyTorch device`, `JAX version`, `PyTorch version`).
-Frameworks are named as the seed names them: `JAX` (jit), `PyTorch` (eager); other variants `JAX-eager`,
+medians) and the METADATA lines the SciML page reads (`JAX device`, `PyTorch device`, `JAX version`, `PyTorch version`).
+Frameworks are named as seed 000 names them: `JAX` (jit), `PyTorch` (eager); other variants `JAX-eager`,
 `PyTorch-compile`; a precision other than fp32 is appended (`JAX-bf16`); an external framework's name passes through.
 """
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.common.errors import BadInput
-from experiments.common.sciml import Timing, format_metadata, format_timing
+from experiments.common.lines import Timing, format_metadata, format_timing
 from experiments.report.tables import points
 
 FORMATS = ("timing",)
-SEED_NAMES = {"jax": ("JAX", "jit"), "torch": ("PyTorch", "eager")}  # the seed's name, and the variant it runs
+SEED_NAMES = {"jax": ("JAX", "jit"), "torch": ("PyTorch", "eager")}  # seed 000's name, and the variant it runs
 KEY = ["name", "model", "op", "batch_size"]  # a TIMING line's key
 
 
 def framework_name(mode: str, precision: str) -> str:
-    """`jax-jit` fp32 is the seed's `JAX`, `torch-compile` bf16 is `PyTorch-compile-bf16`, `Lux` stays `Lux`."""
+    """`jax-jit` fp32 is seed 000's `JAX`, `torch-compile` bf16 is `PyTorch-compile-bf16`, `Lux` stays `Lux`."""
     framework, _, variant = mode.partition("-")
     if framework in SEED_NAMES:
         name, seed_variant = SEED_NAMES[framework]

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from experiments.report import changepoints
 from experiments.report.tables import POINT
-from experiments.report.verdict import ALPHA, FASTER, SLOWER, THRESHOLD, judge
+from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
 
 Medians = Callable[[str, str], list[float]]  # (run id, op) -> that run's per-process medians
 
@@ -79,7 +79,7 @@ def regressions(s: pd.DataFrame, threshold: float = THRESHOLD, alpha: float = AL
             pairs.append((old, new))
     rows = []
     for row, v in zip(found, judge(pairs, threshold, alpha)):
-        if v.verdict in (SLOWER, FASTER):
+        if v.verdict.changed:
             rows.append(row | {"ratio": v.ratio, "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value,
                                "q_value": v.q_value, "verdict": v.verdict, "processes_before": v.processes_old,
                                "processes_after": v.processes_new})
@@ -105,7 +105,8 @@ def overview(s: pd.DataFrame, r: pd.DataFrame, values: list[str], width: int = 8
     """Markdown: a row per point, its median (ms) at each value (the last `width` values), ▲/▼ where a slower/faster
     level starts."""
     shown = values[-width:]
-    marks = {(*row[POINT], row["where"]): "▲ " if row["verdict"] == SLOWER else "▼ " for _, row in r.iterrows()}
+    marks = {(*row[POINT], row["where"]): "▲ " if row["verdict"] == Verdict.SLOWER else "▼ "
+             for _, row in r.iterrows()}
     rows = []
     for key, g in s.groupby(POINT, dropna=False, sort=False):
         cells = dict(zip(g["value"], g["median_s"]))

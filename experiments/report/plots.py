@@ -13,6 +13,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.common.protocol import PARTS  # noqa: E402
 from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa: E402
+from experiments.report.verdict import Verdict  # noqa: E402
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
@@ -75,7 +76,7 @@ def plot_speedup(t: pd.DataFrame, baseline: str, path: Path) -> Path | None:
 
 
 def plot_samples(samples: dict, path: Path) -> Path:
-    """Per-run check of noise: each op's samples in time order, and their histogram."""
+    """A run's noise at a glance: each op's samples in time order, and their histogram."""
     fig, axes = plt.subplots(len(samples), 2, figsize=(9, 2.6 * len(samples)), squeeze=False)
     for (op, d), (ax_t, ax_h) in zip(samples.items(), axes):
         ms = [v * 1e3 for v in d["samples_s"]]
@@ -104,7 +105,7 @@ def plot_trend(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, mod
         ax.scatter(*zip(*dots), color=line.get_color(), alpha=0.4, s=10)
         for _, step in r[(r["variant"] == variant) & (r["batch_size"] == bs)].iterrows():
             x = values.index(step["where"]) - 0.5
-            color = "tab:red" if step["verdict"] == "slower" else "tab:green"
+            color = "tab:red" if step["verdict"] == Verdict.SLOWER else "tab:green"
             ax.axvline(x, color=color, linestyle="--", linewidth=1.2)
             ax.annotate(f"×{step['ratio']:.2f}", (x, step["after_median_s"]), color=color, fontsize=8,
                         xytext=(3, 3), textcoords="offset points")

@@ -23,18 +23,34 @@ from typing import Sequence
 
 import numpy as np
 
+from experiments.common.config import StrEnum
+
 ALPHA, THRESHOLD = 0.05, 0.05
-SLOWER, FASTER, SAME, UNKNOWN = "slower", "faster", "no change", "no verdict"
+
+
+class Verdict(StrEnum):
+    """What a comparison of new against old says, in the words tables and the console print."""
+
+    SLOWER = "slower"
+    FASTER = "faster"
+    SAME = "no change"
+    UNKNOWN = "no verdict"  # a side has fewer than two processes
+
+    @property
+    def changed(self) -> bool:
+        return self in (Verdict.SLOWER, Verdict.FASTER)
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Comparison:
+    """One comparison of new against old, from their per-process medians."""
+
     ratio: float  # geometric mean of the new process medians over the old ones: > 1 is slower
     ci_low: float  # the ratio's 95% interval (Welch)
     ci_high: float
     p_value: float  # Welch's t test on log process medians (nan: too few processes)
     q_value: float  # p adjusted over the comparisons judged together (Benjamini-Hochberg)
-    verdict: str  # slower, faster, no change, no verdict
+    verdict: Verdict
     processes_old: int
     processes_new: int
 
@@ -63,8 +79,8 @@ def welch(old: Sequence[float], new: Sequence[float], confidence: float = 0.95) 
 
 
 def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], threshold: float = THRESHOLD,
-          alpha: float = ALPHA) -> list[Verdict]:
-    """A verdict per (old, new) pair of per-process medians, the pairs judged together (one BH family)."""
+          alpha: float = ALPHA) -> list[Comparison]:
+    """A comparison per (old, new) pair of per-process medians, the pairs judged together (one BH family)."""
     tests = [welch(old, new, 1 - alpha) for old, new in pairs]
     ps = np.array([p for *_, p in tests])
     qs = np.full(len(ps), math.nan)
@@ -75,12 +91,12 @@ def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], threshold: f
     out = []
     for (old, new), (ratio, lo, hi, p), q in zip(pairs, tests, qs):
         if math.isnan(q):
-            verdict = UNKNOWN
+            verdict = Verdict.UNKNOWN
         elif q < alpha and ratio > 1 + threshold:
-            verdict = SLOWER
+            verdict = Verdict.SLOWER
         elif q < alpha and ratio < 1 - threshold:
-            verdict = FASTER
+            verdict = Verdict.FASTER
         else:
-            verdict = SAME
-        out.append(Verdict(ratio, lo, hi, p, float(q), verdict, len(old), len(new)))
+            verdict = Verdict.SAME
+        out.append(Comparison(ratio, lo, hi, p, float(q), verdict, len(old), len(new)))
     return out

@@ -35,7 +35,7 @@ from experiments.common.config import README_SWEEP
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
-from experiments.report.verdict import SLOWER, process_medians, welch
+from experiments.report.verdict import Verdict, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import store_uri
 
@@ -79,7 +79,7 @@ def slowed(pair: pd.DataFrame, factor: float) -> pd.DataFrame:
     return out
 
 
-def found(pair: pd.DataFrame, verdicts: tuple[str, ...]) -> tuple[int, int]:
+def found(pair: pd.DataFrame, verdicts: tuple[Verdict, ...]) -> tuple[int, int]:
     """(points with a change of these verdicts between the pair's two values, points), as history judges them."""
     r = history.regressions(pair)
     points = pair.groupby(POINT, dropna=False).ngroups
@@ -102,10 +102,11 @@ def rate(k: int, n: int) -> str:
 
 def aa_ab(pairs: list[pd.DataFrame], factors=FACTORS, mde: bool = True) -> dict:
     """A/A (no change, the interval holding 1) and synthetic A/B (detection per factor, the MDE) over the pairs."""
-    same = [found(p, ("slower", "faster")) for p in pairs]
+    same = [found(p, (Verdict.SLOWER, Verdict.FASTER)) for p in pairs]
     n = sum(m for _, m in same)
     held = sum(holds_one(p) for p in pairs)
-    hits = functools.cache(lambda f: sum(found(slowed(p, f), (SLOWER,))[0] for p in pairs))  # each factor judged once
+    # each factor judged once
+    hits = functools.cache(lambda f: sum(found(slowed(p, f), (Verdict.SLOWER,))[0] for p in pairs))
     out = {"n": n, "no_change": n - sum(k for k, _ in same), "interval_holds_1": held,
            "detected": {f: hits(f) for f in factors}}
     if mde:
@@ -211,5 +212,5 @@ def planted(workdir: Path, rounds: str) -> dict:
             aa = aa_ab(pairs, factors=(), mde=False)
             result |= {k: aa[k] for k in ("n", "no_change", "interval_holds_1")}
         else:
-            result["detected"][factor] = sum(found(pair, (SLOWER,))[0] for pair in pairs)
+            result["detected"][factor] = sum(found(pair, (Verdict.SLOWER,))[0] for pair in pairs)
     return result

@@ -57,10 +57,10 @@ def harness_ratio(rounds: int = 7) -> tuple[float, float, float]:
 
 def sweep(workdir: Path, overrides: list[str]) -> tuple[float, list[JobTimes]]:
     """Run the sweep; return its wall time and where each job's time went."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env["PYTHONPATH"] = str(ROOT)
+    environ = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    environ["PYTHONPATH"] = str(ROOT)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=workdir, env=env,
+    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=workdir, env=environ,
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if r.returncode:

@@ -2,7 +2,7 @@
 version, and a local package index over them, built in milliseconds with no network. Parent side: it writes files;
 the package runs in the environments `nnbench versions` builds for it.
 
-The package is its own runner (framework=external, docs/protocol.md): in an environment that has it,
+The package is its own runner (framework=external, docs/runners.md): in an environment that has it,
 
     {python} -m nnbench_planted --name planted --model {model} --ops {ops} --batch-sizes {batch_sizes}
 

@@ -1,8 +1,8 @@
-"""Which MLflow store a run logs to, and a check in seconds, without importing MLflow, that it can be written.
+"""Which MLflow store a run logs to, and whether it can be written, found in seconds without importing MLflow.
 Parent side.
 
 MLflow itself retries a sqlite store it can't open for minutes (`sqlite:////proc/nope.db` took 104 s and 37
-warnings), so a store is checked here, before anything runs.
+warnings), so a store is validated here, before anything runs.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
 
-def check(tracking_uri: str | None, experiment_name: str) -> str:
+def validate(tracking_uri: str | None, experiment_name: str) -> str:
     """The store's URI (as configured, else the default), once it is known to take writes; raises BadInput naming
     the fix."""
     uri = store_uri(tracking_uri)
@@ -38,16 +38,16 @@ def check(tracking_uri: str | None, experiment_name: str) -> str:
         raise BadInput("mlflow.experiment_name is empty: use e.g. mlflow.experiment_name=nnbench")
     scheme = uri.split("://", 1)[0].split("+")[0] if "://" in uri else ""
     if scheme == "sqlite":
-        check_sqlite(uri)
+        validate_sqlite(uri)
     elif scheme in ("http", "https"):
-        check_server(uri)
+        validate_server(uri)
     elif scheme not in DATABASES and uri != "databricks":
         raise BadInput(f"unsupported store {uri!r}: use sqlite:///PATH.db, http(s)://HOST:PORT or a database URI "
                        "(postgresql://..., mysql://...); MLflow 3.13+ has no ./mlruns file store")
     return uri
 
 
-def check_sqlite(uri: str) -> None:
+def validate_sqlite(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None or str(path) in ("", ":memory:"):
         raise BadInput(f"{uri} keeps nothing after the run: give a file, e.g. sqlite:///mlruns/mlflow.db")
@@ -73,7 +73,7 @@ def check_sqlite(uri: str) -> None:
                            "elsewhere") from None
 
 
-def check_server(uri: str) -> None:
+def validate_server(uri: str) -> None:
     try:
         urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=TIMEOUT_S).close()
     except Exception as e:

@@ -1,4 +1,4 @@
-"""Hydra callback: a sweep opens the store and one parent run for its checked jobs, and ends with its report.
+"""Hydra callback: a sweep opens the store and one parent run for its validated jobs, and ends with its report.
 
 Hydra turns an exception in a callback into a warning and goes on (hydra/_internal/callbacks.py, `_notify`), so
 nothing may escape here as an Exception: a failure at the start stops the sweep with one line and exit 2, and a
@@ -18,7 +18,7 @@ from experiments.common.errors import BadInput, fail, first_line
 from experiments.store import uris
 from experiments.store.sweepdir import Sweep, SweepTaken
 from experiments.sweep import commandline, ending, interrupts, preflight
-from experiments.sweep.state import open_sweep
+from experiments.sweep.opening import open_sweep
 
 log = logging.getLogger("nnbench")
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -30,13 +30,13 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = " ".join(config.hydra.overrides.task)
         try:
-            checked = commandline.CHECKED
-            if checked is None:  # not started through `python -m experiments.run`: check here
+            validated = commandline.VALIDATED
+            if validated is None:  # not started through `python -m experiments.run`: validate here
                 jobs = None
                 if config.hydra.sweeper._target_ == commandline.BASIC_SWEEPER:
                     jobs = preflight.jobs([preflight.as_dict(c) for c in commandline.job_configs(config)])
-                checked = commandline.Checked(jobs, uris.check(config.mlflow.tracking_uri, config.mlflow.experiment_name))
-            state = open_sweep(sweep_dir, checked.jobs, checked.uri, config.mlflow.experiment_name,
+                validated = commandline.Validated(jobs, uris.validate(config.mlflow.tracking_uri, config.mlflow.experiment_name))
+            state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name,
                                f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
                                {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)
         except (BadInput, SweepTaken) as e:

@@ -1,6 +1,6 @@
-"""The command line, checked before anything runs: every job composed by Hydra's own loader, then the preflight.
+"""The command line, validated before anything runs: every job composed by Hydra's own loader, then the preflight.
 
-`python -m experiments.run` calls `check(sys.argv[1:])` before `hydra.main`, so a bad input stops with one line
+`python -m experiments.run` calls `validate(sys.argv[1:])` before `hydra.main`, so a bad input stops with one line
 (`nnbench: error: ...`, exit 2) before Hydra creates an output dir and before the store or any worker is touched.
 """
 from __future__ import annotations
@@ -32,36 +32,36 @@ ONLY_PRINTS = ("help", "hydra_help", "cfg", "info", "shell_completion")  # Hydra
 
 
 @dataclass(frozen=True)
-class Checked:
+class Validated:
     """What the preflight found: the jobs (None: a sweeper that can't list them in advance) and their store."""
 
     jobs: list[Job] | None
     uri: str
 
 
-CHECKED: Checked | None = None  # set by the entry point; the sweep callback and a single run use it
+VALIDATED: Validated | None = None  # set by the entry point; the sweep callback and a single run use it
 
 
-def check(argv: list[str]) -> Checked | None:
-    """Every job of the command line, checked; exits with one line naming the fix on bad input."""
+def validate(argv: list[str]) -> Validated | None:
+    """Every job of the command line, validated; exits with one line naming the fix on bad input."""
     try:
         return explained(argv)
     except BadInput as e:
         fail(str(e))
 
 
-def explained(argv: list[str]) -> Checked | None:
-    """`checked`, with Hydra's and OmegaConf's own errors as BadInput naming the fix (`nnbench versions` and
-    `bisect` check their sweep's overrides with it before building anything)."""
+def explained(argv: list[str]) -> Validated | None:
+    """`validated`, with Hydra's and OmegaConf's own errors as BadInput naming the fix (`nnbench versions` and
+    `bisect` validate their sweep's overrides with it before building anything)."""
     try:
-        return checked(argv)
+        return validated(argv)
     except BadInput:
         raise
     except Exception as e:  # Hydra's and OmegaConf's own errors, and anything else found before running
         raise BadInput(hydra_errors.explain(e)) from None
 
 
-def checked(argv: list[str]) -> Checked | None:
+def validated(argv: list[str]) -> Validated | None:
     parser = get_args_parser()
     parser.error = refuse  # argparse would print its usage, then the error
     args = parser.parse_args(argv)
@@ -91,9 +91,9 @@ def checked(argv: list[str]) -> Checked | None:
         unknown_keys(d)
     if len({(d["mlflow"]["tracking_uri"], d["mlflow"]["experiment_name"]) for d in dicts}) > 1:
         raise BadInput("a sweep logs to one store: sweep mlflow.* in separate sweeps")
-    uri = uris.check(dicts[0]["mlflow"]["tracking_uri"], dicts[0]["mlflow"]["experiment_name"])
+    uri = uris.validate(dicts[0]["mlflow"]["tracking_uri"], dicts[0]["mlflow"]["experiment_name"])
     jobs = preflight.jobs(dicts)
-    return Checked(jobs if listed else None, uri)
+    return Validated(jobs if listed else None, uri)
 
 
 def refuse(message: str) -> NoReturn:

@@ -1,4 +1,4 @@
-"""How a sweep (or a single run) ends: its points counted from disk and checked in the store, its parent run
+"""How a sweep (or a single run) ends: its points counted from disk and looked up in the store, its parent run
 closed, one last line `N finished, K skipped, F failed`, and an exit code that is 0 only when nothing was lost.
 
 Jobs may have run in other processes (joblib, submitit), so nothing here trusts process memory: the points are
@@ -20,7 +20,7 @@ from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, fail, first_line
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
-from experiments.sweep import interrupts, state as states
+from experiments.sweep import interrupts, opening
 
 UPLOAD = "nnbench upload"
 RESUME = "the same command with resume=true measures only what is missing"
@@ -157,7 +157,7 @@ def stopped(e: interrupts.Stop) -> int:
     interrupts.stop_children(None)  # the signal itself was passed on to a launcher's processes once, by the handler
     signum = getattr(e, "signum", None)
     head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
-    sweep = states.ACTIVE
+    sweep = opening.ACTIVE
     try:
         print(f"{head}{close_stopped(sweep, 'KILLED' if signum else 'FAILED')}", file=sys.stderr)
     except Exception as err:  # the state or the records can't be read: still one line

@@ -23,7 +23,7 @@ KINDS = (  # OmegaConf's words for a value of the wrong type -> what the value m
 )
 # The fix for the keys users set most; another number gets "e.g. key=<the value it had>".
 HINTS = {
-    "batch_size": "use e.g. batch_size=32, or batch_size=null for the model's seed lists",
+    "batch_size": "use e.g. batch_size=32, or batch_size=null for the model's batch lists",
     "ops": "use e.g. ops=[inference,training] (ops: inference, training, grad)",
     "seed": "use e.g. seed=0",
     "repeat": "use e.g. repeat=0,1,2 with -m",

@@ -1,4 +1,4 @@
-"""One Hydra job end to end: its checked job, its store (the sweep's, or opened here for a single run), each point
+"""One Hydra job end to end: its validated job, its store (the sweep's, or opened here for a single run), each point
 saved and then logged, interrupts, and for a single run the last line and the exit code. Parent side: this runs
 in the process that runs the sweep, or in a launcher's process (joblib, submitit, SLURM).
 
@@ -24,7 +24,7 @@ from experiments.common.job import Job
 from experiments.common.protocol import Point, PointResult
 from experiments.store import records, uris
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, points, preflight, state as states
+from experiments.sweep import commandline, ending, interrupts, points, preflight, opening
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -83,7 +83,7 @@ def run(cfg: DictConfig) -> None:
         log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, profiling, times.fixed_s, times.points)
     except interrupts.Interrupted as e:
-        if not multirun or states.ACTIVE is not None:
+        if not multirun or opening.ACTIVE is not None:
             raise  # this process runs the sweep: it ends the sweep
         log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
         return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
@@ -98,14 +98,14 @@ def run(cfg: DictConfig) -> None:
 
 
 def prepare(c: dict, multirun: bool, sweep: Sweep, out: Path) -> tuple[Job, SweepState]:
-    """The job, checked (a sweep's callback has probed every job already), and the state of its sweep."""
+    """The job, validated (a sweep's callback has probed every job already), and the state of its sweep."""
     if multirun:
         state = sweep.read()
-        return state.todo(preflight.check(c), HydraConfig.get().job.num), state
-    checked = commandline.CHECKED
-    this = checked.jobs[0] if checked and checked.jobs else preflight.jobs([c])[0]
-    uri = checked.uri if checked else uris.check(this.tracking_uri, this.experiment_name)
-    state = states.open_sweep(out, [this], uri, this.experiment_name)
+        return state.todo(preflight.job(c), HydraConfig.get().job.num), state
+    validated = commandline.VALIDATED
+    this = validated.jobs[0] if validated and validated.jobs else preflight.jobs([c])[0]
+    uri = validated.uri if validated else uris.validate(this.tracking_uri, this.experiment_name)
+    state = opening.open_sweep(out, [this], uri, this.experiment_name)
     return state.todo(this, 0), state
 
 

@@ -86,7 +86,7 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     if job.framework == "external":  # a runner in any language, in the worker's place
         measure = partial(external.run, template=job.external_command, name=job.external_name, python=job.python)
     else:
-        environ = manager.env(job.allocator, cache)
+        environ = manager.environ(job.allocator, cache)
         if job.start == "fork":
             try:
                 server = manager.ForkServer(job.python, job.framework, environ, job_dir / "server.log")

@@ -1,5 +1,5 @@
-"""The door: a composed config becomes a checked, typed `Job` (its points planned), or one BadInput line naming the
-fix; everything that can be known wrong before measuring, one check for single runs and sweeps. Parent side."""
+"""The door: a composed config becomes a validated, typed `Job` (its points planned), or one BadInput line naming the
+fix; everything that can be known wrong before measuring, validated the same for single runs and sweeps. Parent side."""
 from __future__ import annotations
 
 import ctypes.util
@@ -49,12 +49,12 @@ BENCH_RULES = {
 }
 
 
-def check_values(cfg: dict) -> None:
+def validate_values(cfg: dict) -> None:
     """Ranges the schema's types can't say; raises BadInput naming the fix."""
     bs = cfg["batch_size"]
     if bs is not None and bs <= 0:
         raise BadInput(f"batch_size must be a positive integer (got {bs}): use e.g. batch_size=32, "
-                       "or batch_size=null for the model's seed lists")
+                       "or batch_size=null for the model's batch lists")
     if cfg["repeat"] < 0:
         raise BadInput(f"repeat is a replicate index (got {cfg['repeat']}): use e.g. repeat=0,1,2")
     if not 0 <= cfg["seed"] < 2**32:
@@ -75,33 +75,33 @@ def check_values(cfg: dict) -> None:
                        f"'{DEFAULT_BASELINE}'; precisions {', '.join(PRECISIONS)}")
 
 
-def check(cfg: dict) -> Job:
-    """The job, checked without starting anything; raises BadInput naming the fix."""
-    check_values(cfg)
+def job(cfg: dict) -> Job:
+    """The job, validated without starting anything; raises BadInput naming the fix."""
+    validate_values(cfg)
     spec = model_spec(cfg)
-    job = Job(cfg, spec, plan(cfg, spec))
-    if not (os.path.isfile(job.python) and os.access(job.python, os.X_OK)):
-        raise BadInput(f"runtime.python={job.python} is not an executable interpreter: give the path of a venv's "
+    this = Job(cfg, spec, plan(cfg, spec))
+    if not (os.path.isfile(this.python) and os.access(this.python, os.X_OK)):
+        raise BadInput(f"runtime.python={this.python} is not an executable interpreter: give the path of a venv's "
                        "bin/python, or runtime.python=null")
-    if job.framework == "external":
+    if this.framework == "external":
         try:
-            external.check(job.external_command, job.external_name, job.python)
+            external.validate(this.external_command, this.external_name, this.python)
         except ValueError as e:
             raise BadInput(str(e)) from None
-    allocator = job.allocator
+    allocator = this.allocator
     if "LD_PRELOAD" in ALLOCATORS[allocator]:
         lib = ALLOCATORS[allocator]["LD_PRELOAD"]
         if not has_library(lib):
             raise BadInput(f"runtime.allocator={allocator} needs {lib}: apt-get install "
                            f"{'libjemalloc2' if allocator == 'jemalloc' else 'libtcmalloc-minimal4'}, "
                            "or runtime.allocator=glibc")
-    return job
+    return this
 
 
 def jobs(cfgs: list[dict]) -> list[Job]:
-    """Every job of a run or a sweep, checked, and each interpreter asked (all at once) whether it can measure."""
-    checked = [check(c) for c in cfgs]
-    asks = {ask(j) for j in checked if j.framework != "external"}
+    """Every job of a run or a sweep, validated, and each interpreter asked (all at once) whether it can measure."""
+    validated = [job(c) for c in cfgs]
+    asks = {ask(j) for j in validated if j.framework != "external"}
     answers = dict(zip(asks, manager.probe(list(asks))))
     for (python, fw, _, _), (problem, _) in answers.items():
         if problem and python == sys.executable:
@@ -109,7 +109,7 @@ def jobs(cfgs: list[dict]) -> list[Job]:
         if problem:
             raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): let `nnbench "
                            "versions PACKAGE==VERSION -- OVERRIDES` build the environment (see docs/comparing.md)")
-    return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in checked]
+    return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in validated]
 
 
 def ask(job: Job) -> tuple[str, str, Setup, str]:
@@ -118,11 +118,11 @@ def ask(job: Job) -> tuple[str, str, Setup, str]:
 
 
 def plan(cfg: dict, spec: models.ModelSpec) -> tuple[Point, ...]:
-    """The points of a job: one per batch size, each with the ops that the seed measures at that size."""
+    """The points of a job: one per batch size, each with the ops whose batch lists hold that size."""
     ops = tuple(dict.fromkeys(cfg["ops"]))
     if cfg["batch_size"] is not None:
         return (Point(cfg["batch_size"], ops),)
     lists = spec.batch_sizes
     sizes = sorted({b for op in ops for b in lists.get(op, ())})
-    # An op without seed sizes still runs at every size, so its skip reason is recorded, not lost.
+    # An op without a batch list still runs at every size, so its skip reason is recorded, not lost.
     return tuple(Point(b, tuple(op for op in ops if b in lists.get(op, ()) or not lists.get(op))) for b in sizes)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments import cli
-from experiments.common.sciml import parse
+from experiments.common.lines import parse
 from tests.helpers import user_env
 
 # Every python_time(framework, model, operation, batch) the seed page calls, with the batch lists it loops over:

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from experiments.common import sciml
+from experiments.common.lines import Parsed, parse
 from experiments.harness import external
 from experiments.common.protocol import Point, Request, Setup
 from tests.helpers import ROOT, budget, run, runs
@@ -22,9 +22,9 @@ REQUEST = Request("external", Setup("fp32", "cpu"), {"name": "mlp_relu"}, 0, bud
     ("julia run.jl --size {n}", "Lux", "has no placeholder {n}: use {model}, {precision}"),
     ("no-such-program-here --model {model}", "Lux", "'no-such-program-here', which is not an executable"),
 ])
-def test_check_names_the_fix(template, name, message):
+def test_validate_names_the_fix(template, name, message):
     with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("}", r"\}")):
-        external.check(template, name)
+        external.validate(template, name)
 
 
 def test_the_template_gets_plain_comma_separated_values():
@@ -32,8 +32,8 @@ def test_the_template_gets_plain_comma_separated_values():
     assert argv == ["prog", "--m", "mlp_relu", "--o", "inference,training", "--b", "2,32", "--p", "fp32", "--d", "cpu"]
 
 
-def lines(*rows: str) -> sciml.Parsed:
-    return sciml.parse("".join(f"{r}\n" for r in rows))
+def lines(*rows: str) -> Parsed:
+    return parse("".join(f"{r}\n" for r in rows))
 
 
 def test_samples_give_the_statistics_and_a_missing_timing_fails_its_point():

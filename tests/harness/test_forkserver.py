@@ -23,7 +23,7 @@ def request(framework: str, compile: bool) -> Request:
 def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     """The server is ready only once it has checked that nothing runs yet; each forked worker then sets its
     framework up itself, compiles once, and takes few page faults per timed call."""
-    env = manager.env("glibc", tmp_path / "cache")
+    env = manager.environ("glibc", tmp_path / "cache")
     server = manager.ForkServer(sys.executable, framework, env, tmp_path / "server.log")
     try:
         forked = manager.run(request(framework, framework == "jax"), tmp_path / "fork", 120, server=server)
@@ -55,4 +55,4 @@ def test_the_server_refuses_to_fork_once_something_runs():
 def test_a_server_that_cannot_start_is_one_line_and_the_job_spawns(tmp_path, fake_python):
     """An interpreter that can't run the server (here a stand-in): ServerUnavailable, and run() spawns instead."""
     with pytest.raises(manager.ServerUnavailable):
-        manager.ForkServer(fake_python, "torch", manager.env(), tmp_path / "server.log", timeout_s=30)
+        manager.ForkServer(fake_python, "torch", manager.environ(), tmp_path / "server.log", timeout_s=30)

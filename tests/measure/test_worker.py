@@ -18,7 +18,7 @@ def measure(tmp_path, req: Request) -> PointResult:
     (tmp_path / "request.json").write_text(req.to_json())
     out = tmp_path / "results.jsonl"
     subprocess.run([sys.executable, "-m", "experiments.measure.worker", str(tmp_path / "request.json"), str(out)], cwd=ROOT,
-                   env=manager.env(), check=True, capture_output=True)
+                   env=manager.environ(), check=True, capture_output=True)
     (line,) = out.read_text().splitlines()
     return PointResult.from_json(line)
 
@@ -33,7 +33,7 @@ def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, fr
              "try:\n    runpy.run_module('experiments.measure.worker', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
              "print(sorted(m for m in ('jax', 'torch', 'mlflow', 'hydra', 'pandas') if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=manager.env(), capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=manager.environ(), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == str([framework])
     (line,) = [PointResult.from_json(s) for s in out.read_text().splitlines()]

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from experiments.common.errors import BadInput
-from experiments.common.sciml import parse
+from experiments.common.lines import parse
 from experiments.report.export import framework_name, lines
 from experiments.report.tables import tidy
 

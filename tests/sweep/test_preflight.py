@@ -44,7 +44,7 @@ def test_presets_compose(make_cfg, preset, frameworks_, model, ops):
         assert c["model"]["name"] == "matmul_chain" and c["precision"]["name"] == "bf16"
         assert params["framework.compile"] == "true,false"
         assert c["model"]["n"] in (1000, 10000) and c["report"]["baseline"] == "torch-eager bf16"
-    preflight.check(c)
+    preflight.job(c)
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
@@ -53,7 +53,7 @@ def test_every_option_composes(make_cfg, group, option):
     c = preflight.as_dict(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
     if group != "bench":
         assert c[group]["name"] == option
-    preflight.check(c)
+    preflight.job(c)
 
 
 def test_defaults_follow_each_frameworks_idiom(make_cfg):
@@ -112,14 +112,14 @@ def test_composition_errors_read_as_one_line(make_cfg, override, line):
     ("seed=-1", "seed must be in"),
     ("report.baseline='torch-eager fp8'", "report.baseline must be '<mode> <precision>'"),
 ])
-def test_check_names_the_fix(make_cfg, override, match):
+def test_validate_names_the_fix(make_cfg, override, match):
     with pytest.raises(BadInput, match=match):
-        preflight.check(preflight.as_dict(make_cfg(override)))
+        preflight.job(preflight.as_dict(make_cfg(override)))
 
 
 def test_matmul_chain_keys_are_checked(make_cfg):
     with pytest.raises(BadInput):
-        preflight.check(preflight.as_dict(make_cfg("model=matmul_chain", "+model.widht=3")))
+        preflight.job(preflight.as_dict(make_cfg("model=matmul_chain", "+model.widht=3")))
 
 
 def test_plan_uses_the_seed_lists(make_cfg):

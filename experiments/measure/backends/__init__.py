@@ -17,7 +17,7 @@ from experiments.common.protocol import Setup
 
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
-# The distributions each backend imports: an environment that moves one of them is checked with that backend.
+# The distributions each backend imports: an environment that moves one of them is validated with that backend.
 PACKAGES = {"jax": ("jax", "jaxlib", "flax", "optax"), "torch": ("torch",)}
 # Each backend's default set-up (conf/framework/<name>.yaml, fp32 on the CPU): what `worker --smoke` runs.
 SMOKE = {"jax": Setup("fp32", "cpu", compile=True, memory_format="nhwc"),
@@ -98,7 +98,7 @@ class Reference(Protocol):
         """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
 
 
-def check_op(spec: Any, op: str) -> None:
+def validate_op(spec: Any, op: str) -> None:
     """What no framework can do, whichever adapter is asked: an unknown op, or training constant weights."""
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")

@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, check_op
+from experiments.measure.backends import Step, Unavailable, validate_op
 from experiments.measure.backends.jax_layers import dtype, make_model
 from models import ModelSpec
 
@@ -140,7 +140,7 @@ class Backend:
         return device_name(self.device)
 
     def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
-        check_op(spec, op)
+        validate_op(spec, op)
         precision = self.setup.precision
         x, y = (to_input(a, precision, self.device) for a in spec.make_batch(batch, seed))
         model = make_model(spec, spec.init(seed), precision, train=op != "inference")

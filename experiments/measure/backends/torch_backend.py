@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, check_op
+from experiments.measure.backends import Step, Unavailable, validate_op
 from experiments.measure.backends.torch_layers import dtype, make_model
 from models import ModelSpec, is_stat
 
@@ -89,7 +89,7 @@ class Backend:
         return str(self.device)
 
     def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
-        check_op(spec, op)
+        validate_op(spec, op)
         s = self.setup
         graphs = torch._dynamo.utils.counters["stats"]
         compiled_before = graphs["unique_graphs"]

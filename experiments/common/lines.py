@@ -1,14 +1,15 @@
-"""Seed 000's line protocol (SciMLBenchmarks "Simple Neural Networks"): TIMING and METADATA lines, plus SAMPLES.
+"""Seed 000's lines: TIMING and METADATA, as SciMLBenchmarks' "Simple Neural Networks" page (the SciML page) reads
+them, plus nnbench's SAMPLES.
 
-The seed reads its Python child's stdout with `eachline`, splits each line on TAB and accepts exactly
+The SciML page reads its Python child's stdout with `eachline`, splits each line on TAB and accepts exactly
 `TIMING<TAB>framework<TAB>model<TAB>operation<TAB>batch<TAB>seconds` (batch `parse(Int, ...)`, seconds
 `parse(Float64, ...)`) and `METADATA<TAB>key<TAB>value`; any other line, an empty one included, stops it with
 `error("Unexpected Python benchmark output: $line")`. `parse` applies the same rules, and is stricter where the
-seed takes what no timing can be: a batch below 1, seconds not finite and positive, an empty name, a key given
-twice (the seed's Dict keeps the last silently); and it takes numbers only in plain decimal forms (`32`, `0.5`,
+page takes what no timing can be: a batch below 1, seconds not finite and positive, an empty name, a key given
+twice (the page's Dict keeps the last silently); and it takes numbers only in plain decimal forms (`32`, `0.5`,
 `4.3e-05`; not `+32`, ` 32`, `0x20`, `Inf`), which Julia parses to the same values.
 SAMPLES (raw per-call seconds, comma-separated) is nnbench's extension for runners; `strict=True` rejects it,
-as the seed does. Check a runner's output: `python runners/reference_runner.py ... | nnbench sciml`.
+as the page does. Validate a runner's output: `python runners/reference_runner.py ... | nnbench sciml`.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ QUOTE = 300  # characters of a bad line quoted in the error (a SAMPLES line can 
 _INT = re.compile(r"[0-9]+")  # a subset of what Julia's parse(Int, s) accepts (no sign, no spaces, no 0x)
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")  # likewise for parse(Float64, s)
 
-Key = tuple[str, str, str, int]  # (framework, model, operation, batch): the seed's python_time arguments
+Key = tuple[str, str, str, int]  # (framework, model, operation, batch): the page's python_time arguments
 
 
-class ProtocolError(ValueError):
-    """A line the seed (or nnbench) would reject; the message quotes it with its line number."""
+class BadLine(ValueError):
+    """A line the SciML page (or nnbench) would reject; the message quotes it with its line number."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Parsed:
     samples: list[Samples] = field(default_factory=list)
 
     def time(self, framework: str, model: str, op: str, batch: int) -> float:
-        """The seed's `python_time`: a KeyError where the seed's Dict lookup would fail."""
+        """The SciML page's `python_time`: a KeyError where the page's Dict lookup would fail."""
         return {t.key: t.seconds for t in self.timings}[(framework, model, op, batch)]
 
 
@@ -108,7 +109,7 @@ def _lines(text: str) -> list[str]:
 
 
 def _read(line: str, strict: bool) -> Timing | Samples | tuple[str, str]:
-    """One line as the seed splits it; a ValueError says why it is rejected."""
+    """One line as the SciML page splits it; a ValueError says why it is rejected."""
     fields = line.split("\t")
     kind = fields[0]
     if kind not in FIELDS or (strict and kind == "SAMPLES"):
@@ -133,7 +134,7 @@ def _read(line: str, strict: bool) -> Timing | Samples | tuple[str, str]:
 
 
 def parse(lines: Iterable[str] | str, strict: bool = False) -> Parsed:
-    """Lines (or a whole text) as the seed reads them; `strict`: only what the seed page itself accepts."""
+    """Lines (or a whole text) as the SciML page reads them; `strict`: only what the page itself accepts."""
     out, seen = Parsed(), {}
     for n, raw in enumerate(_lines(lines) if isinstance(lines, str) else lines, 1):
         line = raw.removesuffix("\n").removesuffix("\r") if raw.endswith("\n") else raw  # eachline drops \n, \r\n
@@ -144,7 +145,7 @@ def parse(lines: Iterable[str] | str, strict: bool = False) -> Parsed:
                 raise ValueError(f"repeats the key of line {seen[key]}")
         except ValueError as e:
             shown = repr(line[:QUOTE]) + (f" ... ({len(line)} characters)" if len(line) > QUOTE else "")
-            raise ProtocolError(f"line {n}: {e}: {shown}") from None
+            raise BadLine(f"line {n}: {e}: {shown}") from None
         seen[key] = n
         match item:
             case Timing():

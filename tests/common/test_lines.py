@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.common.sciml import ProtocolError, Samples, Timing, format_metadata, format_samples, format_timing, parse
+from experiments.common.lines import BadLine, Samples, Timing, format_metadata, format_samples, format_timing, parse
 from tests.helpers import ROOT, user_env
 
 RUNNER = ROOT / "runners" / "reference_runner.py"
@@ -42,7 +42,7 @@ def test_round_trip():
 def test_lines_end_as_julia_eachline_ends_them():
     assert parse("").timings == [] and parse(GOOD).timings == parse(GOOD + "\n").timings
     assert parse(GOOD + "\r\n").timings == parse([GOOD + "\n"]).timings == parse([GOOD]).timings
-    with pytest.raises(ProtocolError, match="line 2: .*: ''"):
+    with pytest.raises(BadLine, match="line 2: .*: ''"):
         parse(GOOD + "\n\n")  # an empty line: the seed's split gives one empty field, and it stops
 
 
@@ -78,7 +78,7 @@ def test_lines_end_as_julia_eachline_ends_them():
     (GOOD, "repeats the key of line 1"),
 ])
 def test_malformed_lines_are_rejected_with_the_line_quoted(bad, reason):
-    with pytest.raises(ProtocolError) as e:
+    with pytest.raises(BadLine) as e:
         parse([GOOD, bad])
     assert str(e.value).startswith("line 2: ") and reason in str(e.value)
     assert str(e.value).endswith(repr(bad))
@@ -87,14 +87,14 @@ def test_malformed_lines_are_rejected_with_the_line_quoted(bad, reason):
 def test_strict_is_what_the_seed_page_accepts():
     text = GOOD + "\nSAMPLES\tJAX\tlenet\tinference\t32\t0.001,0.002\nMETADATA\tJAX device\tcpu\n"
     assert parse(text).samples == [Samples("JAX", "lenet", "inference", 32, (0.001, 0.002))]
-    with pytest.raises(ProtocolError, match=r"line 2: not a TIMING or METADATA line \(SAMPLES is nnbench's"):
+    with pytest.raises(BadLine, match=r"line 2: not a TIMING or METADATA line \(SAMPLES is nnbench's"):
         parse(text, strict=True)
     assert parse(GOOD + "\nMETADATA\tJAX device\tcpu", strict=True).metadata == {"JAX device": "cpu"}
 
 
 def test_a_long_line_is_quoted_in_part():
     bad = "SAMPLES\tJAX\tlenet\tinference\t32\t" + ",".join(["0.001"] * 1000) + ",x"
-    with pytest.raises(ProtocolError, match=r"seconds 'x' .*\.\.\. \(6032 characters\)$") as e:
+    with pytest.raises(BadLine, match=r"seconds 'x' .*\.\.\. \(6032 characters\)$") as e:
         parse([bad])
     assert len(str(e.value)) < 400
 

@@ -1,6 +1,5 @@
-"""What the `nnbench` commands share: the run selection (`key=value`, `--filter`, `--sweep`, `--uri`,
-`--experiment`, `--exclude-noisy`) and the store option, read the same way by every command that takes them; and
-for `versions` and `bisect`, where environments come from and the sweep they run across them."""
+"""What `nnbench versions` and `bisect` share: where measuring environments come from (index, installer, cache),
+the sweep's overrides validated before anything is built, and the sweep they run across the environments."""
 from __future__ import annotations
 
 import argparse
@@ -9,48 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiments.cli.selection import add_uri
 from experiments.common.config import ROOT
-from experiments.common.errors import BadInput, first_line
-from experiments.store.select import filter_string
-from experiments.store.uris import DEFAULT_URI, store_uri
-
-
-def add_uri(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    p.add_argument("--uri", help=default or f"tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
-
-
-def add_selection(p: argparse.ArgumentParser) -> None:
-    """The run selection: key=value pairs, --filter, --sweep, --uri, --experiment, --exclude-noisy."""
-    p.add_argument("filters", nargs="*", metavar="key=value",
-                   help="a param (model, framework, mode, precision, batch_size, device, ...) or a tag "
-                        "(torch_version, env_fingerprint, ...)")
-    p.add_argument("--filter", help="an MLflow filter string, AND-ed with the pairs")
-    p.add_argument("--sweep", help="the parent run id of a sweep: its points only")
-    add_uri(p)
-    p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
-    p.add_argument("--exclude-noisy", action="store_true",
-                   help="leave out runs tagged noisy=true (other processes used the CPU while they were measured)")
-
-
-def select(a: argparse.Namespace):
-    """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
-    naming the fix) for a bad filter, a store that can't be read, or nothing selected."""
-    from experiments.report import tables  # pandas and mlflow are slow to import: only after parsing
-    from experiments.store import tracking
-
-    uri = store_uri(a.uri)
-    try:
-        fs = filter_string(a.filters, a.filter, a.sweep)
-        t = tables.tidy(tracking.search(uri, a.experiment, fs))
-    except Exception as e:  # a bad filter, an unreachable store, no such experiment: the store's own words
-        raise BadInput(first_line(e)) from None
-    if a.exclude_noisy and not t.empty and "noisy" in t:
-        t = t[t["noisy"] != "true"]
-    if t.empty:
-        raise BadInput(f"no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
-                       f"check the filters (nnbench {a.command} --help)")
-    return t, uri, fs
-
+from experiments.common.errors import BadInput
 
 # Keys of a sweep that `nnbench versions` and `bisect` set themselves, and what to use instead.
 SET_BY_COMMAND = {"runtime.python": "it runs one environment per version", "repeat": "use --repeats",
@@ -74,7 +34,7 @@ def add_environments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 
 
-def environments(a: argparse.Namespace):
+def build_options(a: argparse.Namespace):
     """(index, installer, cache) from the options; BadInput naming the fix."""
     from experiments.harness import envs  # packaging and the installers: only for the commands that build
 
@@ -86,7 +46,7 @@ def environments(a: argparse.Namespace):
 
 
 def sweep_jobs(a: argparse.Namespace, uri: str):
-    """The sweep's jobs, composed and checked (the overrides, the store, this interpreter's probe) before anything
+    """The sweep's jobs, composed and validated (the overrides, the store, this interpreter's probe) before anything
     is built; BadInput naming the fix."""
     from experiments.common.config import register  # Hydra is slow to import: only for the commands that sweep
     from experiments.sweep import commandline
@@ -98,11 +58,11 @@ def sweep_jobs(a: argparse.Namespace, uri: str):
         if key in SET_BY_COMMAND:
             raise BadInput(f"{key} is set by nnbench {a.command}: {SET_BY_COMMAND[key]}")
     register()
-    checked = commandline.explained(["-m", *a.overrides, f"mlflow.tracking_uri={uri}",
+    validated = commandline.explained(["-m", *a.overrides, f"mlflow.tracking_uri={uri}",
                                      f"mlflow.experiment_name={a.experiment}"])
-    if checked is None or checked.jobs is None:
+    if validated is None or validated.jobs is None:
         raise BadInput(f"nnbench {a.command} runs the basic sweeper's jobs: drop hydra/sweeper and the print flags")
-    return checked.jobs
+    return validated.jobs
 
 
 def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> int:
@@ -112,5 +72,5 @@ def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> 
     rounds = [f"repeat={','.join(map(str, range(a.repeats)))}"] if a.repeats > 1 else []
     argv = [sys.executable, "-m", "experiments.run", "-m", *a.overrides, *rounds, f"runtime.python={quoted}",
             f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}", f"mlflow.parent_run_id={parent}"]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(argv, env=env).returncode
+    environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(argv, env=environ).returncode

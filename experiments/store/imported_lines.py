@@ -1,10 +1,10 @@
-"""Records from saved TIMING/METADATA lines (seed 000's protocol, plus SAMPLES): one per framework, model and batch
+"""Records from saved TIMING/METADATA lines (seed 000's, plus SAMPLES): one per framework, model and batch
 size, tagged `imported=true` with the file's SHA-256 (what `nnbench import` logs). Parent side."""
 from __future__ import annotations
 
 from collections import defaultdict
 
-from experiments.common import sciml
+from experiments.common import lines
 from experiments.common.config import backends
 from experiments.common.job import Job
 from experiments.common.protocol import Point
@@ -25,8 +25,8 @@ def job(mode: str, model: str, precision: str, device: str, point: Point) -> Job
 
 def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, source: str) -> list[records.Record]:
     """The records a file's lines make; `mapping`: the file's framework names -> nnbench modes (default: as is).
-    Raises sciml.ProtocolError for a line the protocol rejects."""
-    parsed = sciml.parse(text)
+    Raises lines.BadLine for a line seed 000's format rejects."""
+    parsed = lines.parse(text)
     groups = defaultdict(list)
     for t in parsed.timings:
         groups[(t.framework, t.model, t.batch)].append(t.op)
