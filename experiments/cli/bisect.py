@@ -98,7 +98,7 @@ class Bisect:
         self.levels: dict[str, Level] = {}
         self.skipped: dict[str, str] = {}
         self.exp_id = tracking.open_store(uri, a.experiment)
-        self.title = (f"bisect {a.package} {a.range} · {job.model} {self.op} bs{self.point.batch_size}"
+        self.title = (f"bisect {a.package} {a.range} · {job.config.model['name']} {self.op} bs{self.point.batch_size}"
                       + (f" · {job.variant}" if job.variant != "jax-jit fp32" else ""))
 
     def say(self, line: str) -> None:
@@ -127,15 +127,15 @@ class Bisect:
         from experiments.report import tables
         from experiments.store import records, tracking
 
-        python = str(self.envs[v].python)
+        python, c = str(self.envs[v].python), self.job.config
         if v not in self.fingerprints:  # a runner's fingerprint comes from what it prints: none to probe
-            self.fingerprints[v] = None if self.job.framework == "external" else manager.probe(
-                [(python, self.job.framework, self.job.setup, self.job.allocator)])[0][1]
+            self.fingerprints[v] = None if c.framework.name == "external" else manager.probe(
+                [(python, str(c.framework.name), self.job.setup, str(c.runtime.allocator))])[0][1]
         fingerprint = self.fingerprints[v]
         rows, samples = [], {}
         for r in range(self.a.repeats):
-            cfg = self.job.cfg | {"runtime": self.job.cfg["runtime"] | {"python": python}, "repeat": r}
-            key = records.point_key(dataclasses.replace(self.job, cfg=cfg), self.point)
+            config = dataclasses.replace(c, runtime=dataclasses.replace(c.runtime, python=python), repeat=r)
+            key = records.point_key(dataclasses.replace(self.job, config=config), self.point)
             found = tables.tidy(tracking.search(self.uri, self.a.experiment,
                                                 f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
             if found.empty:

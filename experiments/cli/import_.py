@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
+from experiments.common.config import PRECISIONS
 from experiments.common.errors import OK, BadInput, first_line
 from experiments.store.uris import store_uri
 
@@ -22,7 +23,8 @@ from experiments.store.uris import store_uri
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path, help="a file of TIMING/METADATA (and SAMPLES) lines")
     p.add_argument("--framework-map", default="", help="NAME=MODE,...: e.g. JAX=jax-jit,PyTorch=torch-eager,Lux=Lux")
-    p.add_argument("--precision", default="fp32", help="the precision the file's timings ran at (default fp32)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="the precision the file's timings ran at (default fp32)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 

@@ -14,7 +14,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
-from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import BAD_INPUT, LOST, OK, error_line, first_line
 from experiments.store.records import META, Record
 from experiments.store.sweepdir import STATE, Sweep
@@ -48,17 +47,15 @@ def run(a: argparse.Namespace) -> int:
         state = sweep.read() if sweep else None
         uri = a.uri or (state.uri if state else store_uri(None))
         own = state is not None and state.uri == uri
-        cfg = Record.load(dirs[0]).config
-        name = a.experiment or cfg.get("mlflow", {}).get("experiment_name", "nnbench")
         try:
-            exp_id = tracking.open_store(uri, name)
+            cfg = Record.load(dirs[0]).config  # as logged: common.config.logged
+            exp_id = tracking.open_store(uri, a.experiment or cfg["mlflow"]["experiment_name"])
             for d in dirs:
                 if what := repair.sync_point(uri, exp_id, d, state.parent_run_id if own else None, own):
                     print(f"{d}: {what}")
                     done += 1
             if own and state.parent_run_id:
-                baseline = cfg.get("report", {}).get("baseline", DEFAULT_BASELINE)
-                print(f"{sweep_dir}: {ending.close_sweep(sweep, baseline)}")
+                print(f"{sweep_dir}: {ending.close_sweep(sweep, cfg['report']['baseline'])}")
         except Exception as e:  # one sweep's store failing must not stop the others
             print(error_line(f"{sweep_dir or a.directory}: {first_line(e)}", "nnbench upload"), file=sys.stderr)
             code = BAD_INPUT

@@ -1,8 +1,10 @@
-"""Typed config schema (Hydra ConfigStore), so a misspelled key or option fails at composition.
+"""Typed config schema (Hydra ConfigStore), so a misspelled key or option fails at composition; the door
+(`sweep.preflight.typed`) turns each composed job into a `Config`, and nothing below it reads the raw config.
 
-The names every other module uses are defined here once: frameworks (one `<name>_backend.py` each),
-ops, and the default report baseline. Hydra is imported only by `register()`, so the worker can import
-these names without it.
+Every key's default lives here, in the schema, unless it depends on a config group's option (the framework's
+`compile` and `memory_format`, the bench budgets, a model's keys), which its yaml in conf/ sets. The names every
+other module uses are defined here once: frameworks (one `<name>_backend.py` each), ops, and the default report
+baseline. Hydra is imported only by `register()`, so the worker can import these names without it.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import secrets
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -43,7 +45,8 @@ def bench_budget(name: str) -> Budget:
     """The timing budget of conf/bench/<name>.yaml, read without Hydra (the self-checks time outside a sweep)."""
     import yaml  # only the self-checks read a bench file directly
 
-    return Budget.of(yaml.safe_load((CONF / "bench" / f"{name}.yaml").read_text()))
+    bench = yaml.safe_load((CONF / "bench" / f"{name}.yaml").read_text())
+    return Budget(**{f.name: bench[f.name] for f in fields(Budget)})
 
 
 def backends() -> list[str]:
@@ -56,29 +59,29 @@ def frameworks() -> list[str]:
     return backends() + ["external"]
 
 
-Framework = Enum("Framework", {name: name for name in frameworks()})
+Framework = StrEnum("Framework", {name: name for name in frameworks()})
 
 
-class Precision(Enum):
+class Precision(StrEnum):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
     fp64 = "fp64"
 
 
-class Device(Enum):
+class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"
     gpu = "gpu"
 
 
-class MemoryFormat(Enum):
+class MemoryFormat(StrEnum):
     contiguous = "contiguous"  # torch: NCHW, as users write it
     channels_last = "channels_last"  # torch: NHWC strides
     nhwc = "nhwc"  # jax: XLA's own layout for images
 
 
-CompileMode = Enum("CompileMode", {m: m for m in ("default", "reduce-overhead")})  # torch.compile(mode=...)
+CompileMode = StrEnum("CompileMode", {m: m for m in ("default", "reduce-overhead")})  # torch.compile(mode=...)
 
 
 # What `runtime.allocator` puts in the worker's environment. glibc gave freed activation memory back to the kernel
@@ -94,17 +97,17 @@ ALLOCATORS = {  # runtime.allocator: the worker's environment for it
 }
 
 
-Allocator = Enum("Allocator", {a: a for a in ALLOCATORS})
+Allocator = StrEnum("Allocator", {a: a for a in ALLOCATORS})
 
 
-class Start(Enum):
+class Start(StrEnum):
     """How a job starts its workers (runtime.start)."""
 
     fork = "fork"  # from a fork server that imported the framework once per job (measure/server.py)
     spawn = "spawn"  # a fresh interpreter each, importing everything again
 
 
-class Op(Enum):
+class Op(StrEnum):
     inference = "inference"
     training = "training"
     grad = "grad"
@@ -140,17 +143,17 @@ class BenchConf(Budget):
 
 @dataclass
 class MlflowConf:
-    tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db
+    tracking_uri: Optional[str] = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db (artifacts beside)
     experiment_name: str = "nnbench"
     parent_run_id: Optional[str] = None  # a sweep's parent run goes under this run (nnbench versions and bisect)
 
 
 @dataclass
 class RuntimeConf:
-    python: Optional[str] = None  # interpreter of the worker; null: the one running the sweep
-    allocator: Allocator = Allocator.glibc  # the worker's malloc (recorded as the tag `allocator`)
-    start: Start = Start.fork  # fork: import the framework once per job; spawn: once per worker
-    compile_cache: bool = True  # a point's later processes load what its first one compiled (the sweep's cache)
+    python: Optional[str] = None  # interpreter (a venv's) that runs the workers; null: the one running the sweep
+    allocator: Allocator = Allocator.glibc  # the workers' malloc: glibc (tuned thresholds), system, jemalloc, tcmalloc
+    start: Start = Start.fork  # fork: each job imports its framework once, in a fork server; spawn: once per worker
+    compile_cache: bool = True  # a point's later processes load what its first one compiled (per sweep and host)
 
 
 @dataclass
@@ -164,26 +167,36 @@ class ExternalConf:
 
 @dataclass
 class ReportConf:
-    baseline: str = DEFAULT_BASELINE
+    baseline: str = DEFAULT_BASELINE  # the variant ("<mode> <precision>") speedups are measured against
 
 
 @dataclass
 class Config:
     framework: FrameworkConf = field(default_factory=FrameworkConf)
-    model: Any = MISSING  # per-model keys (matmul_chain has n, m, depth); validated by models.load
+    model: Any = MISSING  # the model's name and keys (matmul_chain has n, m, depth); validated by models.load
     precision: PrecisionConf = field(default_factory=PrecisionConf)
     bench: BenchConf = MISSING  # conf/bench/*.yaml sets every key
-    batch_size: Optional[int] = None  # null: the model's batch lists, per op
-    ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])
-    device: Device = Device.auto
-    seed: int = 0
-    repeat: int = 0  # replicate index: repeat=0,1,2 measures each point in three fresh processes
+    batch_size: Optional[int] = None  # null: the model's batch lists (inference and training differ); an int: that size
+    ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])  # grad: the loss gradient only
+    device: Device = Device.auto  # auto: the GPU if the framework sees one, else the CPU; gpu fails without one
+    seed: int = 0  # of the weights and inputs: the same numpy arrays for both frameworks
+    repeat: int = 0  # replicate index: repeat=0,1,2 measures every point in 3 rounds of fresh processes
     resume: bool = False  # skip points with a FINISHED run of the same config and environment in the store
-    profile: bool = False  # one more worker per job profiles each point after its timed ones (docs/measuring.md)
+    profile: bool = False  # one more worker per job profiles each point after its timed ones (docs/profiling.md)
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
     external: ExternalConf = field(default_factory=ExternalConf)
     report: ReportConf = field(default_factory=ReportConf)
+
+
+def logged(config: Config) -> dict:
+    """The config as plain data, the one place it is derived: what a point logs (config.yaml, the flattened
+    `config.*` params) and what its resume key hashes. Options by name; keys left unset (MISSING) are left out."""
+    def known(d: dict) -> dict:
+        return {k: known(v) if isinstance(v, dict) else v for k, v in d.items() if v != MISSING}
+
+    return known(OmegaConf.to_container(OmegaConf.structured(config), resolve=True, enum_to_str=True,
+                                        throw_on_missing=False))
 
 
 def register() -> None:

@@ -33,9 +33,9 @@ class Budget:
     between_prior: float  # that spread (SD of log process medians) before two processes have measured a point
 
     @classmethod
-    def of(cls, bench: dict) -> "Budget":
-        """The budget part of a bench config (which also holds harness keys such as timeout_s)."""
-        return cls(**{f.name: bench[f.name] for f in fields(cls)})
+    def of(cls, bench: "Budget") -> "Budget":
+        """The budget part of a bench config (`common.config.BenchConf`, which also holds the harness's keys)."""
+        return cls(**{f.name: getattr(bench, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -5,22 +5,32 @@ from __future__ import annotations
 from collections import defaultdict
 
 from experiments.common import lines
-from experiments.common.config import backends
+from experiments.common.config import OPS, Config, Device, ExternalConf, FrameworkConf, Op, Precision, PrecisionConf, \
+    backends
 from experiments.common.job import Job
 from experiments.common.protocol import Point
 from experiments.harness import external
 from experiments.store import records
 
-VARIANTS = {Job({"framework": {"name": fw, "compile": c}}, None, ()).mode: (fw, c)  # jax-jit, torch-eager, ...
-            for fw in backends() for c in (True, False)}
+
+def variant(framework: str, compiled: bool) -> FrameworkConf:
+    return FrameworkConf(framework, compiled, memory_format=None)  # a file does not say its layout
 
 
-def job(mode: str, model: str, precision: str, device: str, point: Point) -> Job:
-    """The job of an imported point: an nnbench variant's, or framework=external named `mode`."""
+VARIANTS = {Job(Config(variant(fw, c)), None, ()).mode: (fw, c) for fw in backends() for c in (True, False)}
+
+
+def config(mode: str, model: str, precision: str, device: str, ops: tuple[str, ...]) -> Config:
+    """What a file says of its point, as a config: an nnbench variant's (jax-jit, torch-eager, ...), or
+    framework=external named `mode`; the device it ran on as the one asked for; the schema's defaults for the rest
+    (the bench keys, which a file does not know, are left unset)."""
     fw, compiled = VARIANTS.get(mode, ("external", False))
-    cfg = {"framework": {"name": fw, "compile": compiled}, "external": {"name": mode, "command": None},
-           "model": {"name": model}, "precision": {"name": precision}, "device": device, "repeat": 0}
-    return Job(cfg, None, (point,))
+    if unknown := [op for op in ops if op not in OPS]:
+        raise ValueError(f"operation {unknown[0]!r} is not one of {', '.join(OPS)}: fix the file's TIMING lines")
+    asked = Device.gpu if device.startswith(("cuda", "gpu")) else (
+        Device.cpu if device.startswith("cpu") else Device.auto)
+    return Config(variant(fw, compiled), {"name": model}, PrecisionConf(Precision(precision)), ops=list(map(Op, ops)),
+                  device=asked, external=ExternalConf(mode if fw == "external" else None))
 
 
 def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, source: str) -> list[records.Record]:
@@ -36,7 +46,7 @@ def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, sou
         device = parsed.metadata.get(f"{name} device", "n/a")
         point = Point(batch, tuple(ops))
         (result,) = external.results(parsed, name, model, (point,), device)
-        rec = records.build(job(mode, model, precision, device, point), point, [result])
+        rec = records.build(Job(config(mode, model, precision, device, point.ops), None, (point,)), point, [result])
         rec.tags |= {"imported": "true", "import_sha256": sha, "import_file": source, "imported_name": name}
         out.append(rec)
     return out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from experiments.common.config import logged
 from experiments.common.job import Job
 from experiments.common.protocol import OpResult, Point, PointResult, metric_fields
 from experiments.measure.environment import fingerprint, spec_versions, suite_record
@@ -50,7 +51,7 @@ class Record:
     params: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
-    config: dict = field(default_factory=dict)  # the resolved job config
+    config: dict = field(default_factory=dict)  # the resolved job config, as logged (common.config.logged)
     samples: dict[str, dict] = field(default_factory=dict)  # op -> every sample, block, stop reason, device
     stderr: str = ""  # the worker's last output, for a failed point
 
@@ -95,17 +96,18 @@ def build(job: Job, point: Point, results: list[PointResult], machine: MachineCh
     """point: its batch size and ops; results: the point as each worker process reported it (or why it could not).
     A failure in any process fails the point; its samples are kept. `machine`: the sweep's machine check, for the
     hint of an unstable point."""
-    model, prec, run_mode, bs = job.model, job.precision, job.mode, point.batch_size
+    c, config = job.config, logged(job.config)
+    model, prec, run_mode, bs = c.model["name"], str(c.precision.name), job.mode, point.batch_size
     ok = [r for r in results if r.failure is None]
     params = {
-        "framework": job.framework, "compile": str(job.compile).lower(), "mode": run_mode, "model": model,
-        "precision": prec, "batch_size": str(bs), "device": ok[0].device if ok else "n/a",
-        "device_requested": job.device, "ops": ",".join(point.ops),
+        "framework": str(c.framework.name), "compile": str(c.framework.compile).lower(), "mode": run_mode,
+        "model": model, "precision": prec, "batch_size": str(bs), "device": ok[0].device if ok else "n/a",
+        "device_requested": str(c.device), "ops": ",".join(point.ops),
         "param_count": str(job.spec.param_count() if job.spec else 0),
-        "repeat": str(job.repeat), "memory_format": job.memory_format or "n/a",
+        "repeat": str(c.repeat), "memory_format": str(c.framework.memory_format or "n/a"),
     }
     assert tuple(params) == PARAMS
-    params |= flatten(job.cfg, "config.")
+    params |= flatten(config, "config.")
     env = ok[0].environment if ok else {}
     params |= spec_versions(env)  # an environment of `nnbench versions`: its packages' versions, as params too
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
@@ -122,7 +124,7 @@ def build(job: Job, point: Point, results: list[PointResult], machine: MachineCh
     metrics |= {"param_count": float(params["param_count"])} | machine_numbers(ok)
     spec = f" · {env['env_spec']}" if "env_spec" in env else ""  # an environment of `nnbench versions`
     rec = Record(run_name=run_name(job, point) + spec, slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,
-                 params=params, metrics=metrics, tags=tags, config=job.cfg, samples=samples,
+                 params=params, metrics=metrics, tags=tags, config=config, samples=samples,
                  stderr=failed[0].stderr_tail if failed else "")
     rec.tags[NOTE] = describe(rec)
     return rec
@@ -140,14 +142,16 @@ NOT_THE_POINT = ("mlflow", "report", "resume", "batch_size", "ops")
 
 def point_key(job: Job, point: Point) -> str:
     """What identifies a measured point, for `resume`: its config (bookkeeping left out), batch size and ops."""
-    what = {k: v for k, v in job.cfg.items() if k not in NOT_THE_POINT} | {"point": dataclasses.asdict(point)}
+    what = {k: v for k, v in logged(job.config).items() if k not in NOT_THE_POINT}
+    what["point"] = dataclasses.asdict(point)
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_name(job: Job, point: Point) -> str:
     """`lenet · jax-jit · fp32 · bs32`, and the replicate from repeat=1 on."""
-    rep = f" · r{job.repeat}" if job.repeat else ""
-    return f"{job.model} · {job.mode} · {job.precision} · bs{point.batch_size}{rep}"
+    c = job.config
+    rep = f" · r{c.repeat}" if c.repeat else ""
+    return f"{c.model['name']} · {job.mode} · {c.precision.name} · bs{point.batch_size}{rep}"
 
 
 def measured(point: Point, results: list[PointResult], tags: dict[str, str],

@@ -43,9 +43,10 @@ class SweepState(Json):
         """Where `job`'s workers keep what they compiled (runtime.compile_cache): in the sweep dir, per host and
         environment, so nothing leaks across sweeps, interpreters or nodes (and the path is no part of the
         fingerprint)."""
-        if not job.compile_cache:
+        if not job.config.runtime.compile_cache:
             return None
-        env = job.fingerprint or hashlib.sha256(f"{job.python}|{job.framework}|{job.allocator}".encode()).hexdigest()
+        runtime, fw = job.config.runtime, job.config.framework.name
+        env = job.fingerprint or hashlib.sha256(f"{job.python}|{fw}|{runtime.allocator}".encode()).hexdigest()
         return directory / "compile-cache" / f"{socket.gethostname()}-{env[:16]}"
 
     def todo(self, job: Job, number: int) -> Job:

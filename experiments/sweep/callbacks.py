@@ -34,8 +34,9 @@ class SweepCallback(Callback):
             if validated is None:  # not started through `python -m experiments.run`: validate here
                 jobs = None
                 if config.hydra.sweeper._target_ == commandline.BASIC_SWEEPER:
-                    jobs = preflight.jobs([preflight.as_dict(c) for c in commandline.job_configs(config)])
-                validated = commandline.Validated(jobs, uris.validate(config.mlflow.tracking_uri, config.mlflow.experiment_name))
+                    jobs = preflight.jobs([preflight.typed(c) for c in commandline.job_configs(config)])
+                uri = uris.validate(config.mlflow.tracking_uri, config.mlflow.experiment_name)
+                validated = commandline.Validated(jobs, uri)
             state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name,
                                f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
                                {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)

@@ -5,8 +5,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -19,7 +17,6 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments.common.config import Config
 from experiments.common.errors import BadInput, fail
 from experiments.common.job import Job
 from experiments.store import uris
@@ -86,13 +83,11 @@ def validated(argv: list[str]) -> Validated | None:
         GlobalHydra.instance().clear()
     if (out_dir / STATE).exists():
         raise BadInput(f"{out_dir} already holds another sweep ({STATE}): choose another hydra.sweep.dir")
-    dicts = [preflight.as_dict(c) for c in cfgs]
-    for d in dicts:
-        unknown_keys(d)
-    if len({(d["mlflow"]["tracking_uri"], d["mlflow"]["experiment_name"]) for d in dicts}) > 1:
+    configs = [preflight.typed(c) for c in cfgs]
+    if len({(c.mlflow.tracking_uri, c.mlflow.experiment_name) for c in configs}) > 1:
         raise BadInput("a sweep logs to one store: sweep mlflow.* in separate sweeps")
-    uri = uris.validate(dicts[0]["mlflow"]["tracking_uri"], dicts[0]["mlflow"]["experiment_name"])
-    jobs = preflight.jobs(dicts)
+    uri = uris.validate(configs[0].mlflow.tracking_uri, configs[0].mlflow.experiment_name)
+    jobs = preflight.jobs(configs)
     return Validated(jobs if listed else None, uri)
 
 
@@ -109,15 +104,3 @@ def job_configs(master: DictConfig) -> list[DictConfig]:
     jobs = [j for batch in BasicSweeper.split_arguments(overrides, None) for j in batch]
     return [loader.load_sweep_config(master, list(j)) for j in jobs]
 
-
-def unknown_keys(cfg: dict) -> None:
-    """Keys added with `+key=...` that the schema doesn't have: nothing would read them (model keys: models.load)."""
-    hints = typing.get_type_hints(Config)
-    for key, value in cfg.items():
-        if key not in hints:
-            raise BadInput(hydra_errors.unknown_key(key, list(hints)))
-        if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]):
-            fields = [f.name for f in dataclasses.fields(hints[key])]
-            for sub in value:
-                if sub not in fields:
-                    raise BadInput(hydra_errors.unknown_key(f"{key}.{sub}", fields))

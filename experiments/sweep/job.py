@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from experiments.common.config import Config
 from experiments.common.errors import BadInput, fail, first_line
 from experiments.common.job import Job
 from experiments.common.protocol import Point, PointResult
@@ -36,7 +37,7 @@ def run(cfg: DictConfig) -> None:
     logging.raiseExceptions = False  # a full disk: no traceback per log line from Hydra's log file handler
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
-    c = preflight.as_dict(cfg)
+    c = preflight.typed(cfg)
     try:
         this, state = prepare(c, multirun, sweep, out)
     except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
@@ -50,7 +51,7 @@ def run(cfg: DictConfig) -> None:
                     directory: Path | None) -> None:
         if rec is None and not (interrupts.pending() and result.failure is not None):
             log.info("%s %s: process %d of %d %s", tick(sweep), records.run_name(this, point), process + 1,
-                     this.processes, f"FAILED: {result.failure}" if result.failure else "measured")
+                     this.config.bench.processes, f"FAILED: {result.failure}" if result.failure else "measured")
             interrupts.checkpoint()  # a point's record comes after its last process
             return
         if interrupts.pending() and (rec is None or rec.outcome == "failed"):  # the signal stopped the worker
@@ -79,7 +80,7 @@ def run(cfg: DictConfig) -> None:
         times = points.JobTimes(time.perf_counter() - start, points.measuring_s(recs), len(recs),
                                 profiling_s=points.profiling_s(recs), **spent)
         (out / points.TIMES).write_text(times.to_json())
-        profiling = f", {times.profiling_s:.2f} s profiling" if this.profile else ""
+        profiling = f", {times.profiling_s:.2f} s profiling" if this.config.profile else ""
         log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, profiling, times.fixed_s, times.points)
     except interrupts.Interrupted as e:
@@ -94,18 +95,18 @@ def run(cfg: DictConfig) -> None:
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
     if not multirun:
-        ending.end(sweep, this.baseline, "run")
+        ending.end(sweep, this.config.report.baseline, "run")
 
 
-def prepare(c: dict, multirun: bool, sweep: Sweep, out: Path) -> tuple[Job, SweepState]:
+def prepare(c: Config, multirun: bool, sweep: Sweep, out: Path) -> tuple[Job, SweepState]:
     """The job, validated (a sweep's callback has probed every job already), and the state of its sweep."""
     if multirun:
         state = sweep.read()
         return state.todo(preflight.job(c), HydraConfig.get().job.num), state
     validated = commandline.VALIDATED
     this = validated.jobs[0] if validated and validated.jobs else preflight.jobs([c])[0]
-    uri = validated.uri if validated else uris.validate(this.tracking_uri, this.experiment_name)
-    state = opening.open_sweep(out, [this], uri, this.experiment_name)
+    uri = validated.uri if validated else uris.validate(c.mlflow.tracking_uri, c.mlflow.experiment_name)
+    state = opening.open_sweep(out, [this], uri, c.mlflow.experiment_name)
     return state.todo(this, 0), state
 
 

@@ -23,7 +23,7 @@ def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
     """With resume=true, the batch sizes of the job's points that the store holds FINISHED already."""
     from experiments.store import tracking  # mlflow is slow to import: only once the input is good
 
-    if not job.resume:
+    if not job.config.resume:
         return []
     keys = {records.point_key(job, p): p.batch_size for p in job.points}
     return sorted(keys[k] for k in tracking.finished_points(uri, experiment_id, set(keys), job.fingerprint))
@@ -40,7 +40,7 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
 
     global ACTIVE
-    seconds = max((j.cfg["bench"].get("machine_check_s", 0) for j in jobs), default=0) if jobs else 1.0
+    seconds = max((j.config.bench.machine_check_s for j in jobs), default=0) if jobs else 1.0
     machine = check(seconds) if seconds > 0 else None  # before any worker: nothing of ours runs meanwhile
     if machine is not None:
         log.info("%s", machine.line())

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 import yaml
 
+from experiments.common.config import logged
 from experiments.common.job import Job
 from experiments.common.protocol import PARTS, Json, Point, PointResult, Request
 from experiments.harness import external, manager
@@ -78,24 +79,26 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     record without changing any of its timings.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "config.yaml").write_text(yaml.safe_dump(job.cfg, sort_keys=False))
+    (job_dir / "config.yaml").write_text(yaml.safe_dump(logged(job.config), sort_keys=False))
     if not job.points:  # resume=true found them all in the store
         return []
-    n, server, spent = job.processes, None, {} if spent is None else spent
+    c = job.config
+    n, server, spent = c.bench.processes, None, {} if spent is None else spent
     t0 = time.perf_counter()
-    if job.framework == "external":  # a runner in any language, in the worker's place
-        measure = partial(external.run, template=job.external_command, name=job.external_name, python=job.python)
+    if c.framework.name == "external":  # a runner in any language, in the worker's place
+        measure = partial(external.run, template=c.external.command, name=c.external.name, python=job.python)
     else:
-        environ = manager.environ(job.allocator, cache)
-        if job.start == "fork":
+        environ = manager.environ(str(c.runtime.allocator), cache)
+        if c.runtime.start == "fork":
             try:
-                server = manager.ForkServer(job.python, job.framework, environ, job_dir / "server.log")
+                server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
             except manager.ServerUnavailable as e:
                 log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
-        measure = partial(manager.run, python=job.python, allocator=job.allocator, cache=cache, server=server)
+        measure = partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
+                          server=server)
     spent["server_s"], spent["logging_s"] = time.perf_counter() - t0, 0.0
 
-    def logged() -> None:
+    def log_between() -> None:
         t = time.perf_counter()
         after_worker()
         spent["logging_s"] += time.perf_counter() - t
@@ -106,15 +109,15 @@ def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, pe
     try:
         for r in range(n):
             spread = between(results, {op for p in job.points for op in p.ops},
-                             prior(machine, job.budget.between_prior))
+                             prior(machine, c.bench.between_prior))
             request = job.request(peaks and peaks.resolve(), spread)
-            measure_process(job, job_dir, r, request, results, recs, to_profile, measure, on_measured, logged,
+            measure_process(job, job_dir, r, request, results, recs, to_profile, measure, on_measured, log_between,
                             machine)
         if to_profile:
             try:
                 recs += profile(job, job_dir, to_profile, measure, on_measured)
             finally:
-                logged()
+                log_between()
     finally:
         if server is not None:
             server.close()
@@ -145,7 +148,7 @@ def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: 
                     machine: MachineCheck | None = None) -> None:
     """Process r of every point of the job: one worker measures them all, in order. After the last process each
     point's record is built and saved; with profile=true it waits in `to_profile` to be profiled."""
-    n = job.processes
+    n, external_runner = job.config.bench.processes, job.config.framework.name == "external"
     order = iter(range(len(job.points)))  # a worker reports its points in order
 
     def take(result: PointResult) -> None:
@@ -158,18 +161,18 @@ def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: 
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             rec = records.build(job, job.points[i], [failed])
-        if job.profile and job.framework == "external":
+        if job.config.profile and external_runner:
             rec = records.without_profile(rec, "unavailable", EXTERNAL)
         directory = job_dir / "points" / rec.slug
         rec.save(directory)
-        if job.profile and rec.outcome == "ok" and job.framework != "external":
+        if job.config.profile and rec.outcome == "ok" and not external_runner:
             to_profile.append((job.points[i], rec, directory))  # saved: its timings are final
             return on_measured(job.points[i], r, result, None, None)
         recs.append(rec)
         on_measured(job.points[i], r, result, rec, directory)
 
     try:
-        measure(request, job_dir / f"process-{r}", job.timeout_s, on_result=take)
+        measure(request, job_dir / f"process-{r}", job.config.bench.timeout_s, on_result=take)
     except Exception:  # a harness bug must not stop the sweep either
         reason = traceback.format_exc()
         for p in [p for p, got in zip(job.points, results) if len(got) == r]:
@@ -214,10 +217,10 @@ def profile(job: Job, job_dir: Path, todo: list[tuple[Point, records.Record, Pat
     def keep(point: Point, result: PointResult, rec: records.Record, directory: Path) -> None:
         rec.save(directory)
         done.append(rec)
-        on_measured(point, job.processes, result, rec, directory)
+        on_measured(point, job.config.bench.processes, result, rec, directory)
 
     try:
-        measure(request, out, job.timeout_s, on_result=take)
+        measure(request, out, job.config.bench.timeout_s, on_result=take)
     except Exception:  # a harness bug must not stop the sweep either
         reason = traceback.format_exc()
         for point, _, _ in list(order):

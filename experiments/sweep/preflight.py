@@ -2,21 +2,24 @@
 fix; everything that can be known wrong before measuring, validated the same for single runs and sweeps. Parent side."""
 from __future__ import annotations
 
+import copy
 import ctypes.util
 import dataclasses
 import functools
 import math
 import os
 import sys
+import typing
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import models
-from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, PRECISIONS
+from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, PRECISIONS, Config
 from experiments.common.errors import BadInput
 from experiments.common.job import Job
 from experiments.common.protocol import Point, Setup
 from experiments.harness import external, manager
+from experiments.sweep import hydra_errors
 
 
 @functools.cache
@@ -25,16 +28,33 @@ def has_library(lib: str) -> bool:
     return ctypes.util.find_library(lib.removeprefix("lib").split(".so")[0]) is not None
 
 
-def as_dict(cfg: DictConfig) -> dict:
-    """The resolved job config as plain data, without Hydra's own node."""
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
-                                  resolve=True, throw_on_missing=True, enum_to_str=True)
+def typed(cfg: DictConfig) -> Config:
+    """The composed job config, without Hydra's own node, as the schema's `Config` (resolved; BadInput for a key
+    the schema lacks, which `+key=...` can add and nothing would read)."""
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    unknown_keys(cfg)
+    return OmegaConf.to_object(cfg)
 
 
-def model_spec(cfg: dict) -> models.ModelSpec:
-    keys = {k: v for k, v in cfg["model"].items() if k != "name"}
+def unknown_keys(cfg: DictConfig) -> None:
+    """Keys of the config, and of its groups of keys, that the schema doesn't have (model keys: models.load)."""
+    hints = typing.get_type_hints(Config)
+    for key in cfg:
+        if key not in hints:
+            raise BadInput(hydra_errors.unknown_key(key, list(hints)))
+        if dataclasses.is_dataclass(hints[key]) and isinstance(cfg[key], DictConfig):
+            names = [f.name for f in dataclasses.fields(hints[key])]
+            for sub in cfg[key]:
+                if sub not in names:
+                    raise BadInput(hydra_errors.unknown_key(f"{key}.{sub}", names))
+
+
+def model_spec(config: Config) -> models.ModelSpec:
+    keys = {k: v for k, v in config.model.items() if k != "name"}
     try:
-        return models.load(cfg["model"]["name"], **keys)
+        return models.load(config.model["name"], **keys)
     except (ValueError, TypeError) as e:
         raise BadInput(str(e)) from None
 
@@ -49,46 +69,46 @@ BENCH_RULES = {
 }
 
 
-def validate_values(cfg: dict) -> None:
+def validate_values(config: Config) -> None:
     """Ranges the schema's types can't say; raises BadInput naming the fix."""
-    bs = cfg["batch_size"]
+    bs = config.batch_size
     if bs is not None and bs <= 0:
         raise BadInput(f"batch_size must be a positive integer (got {bs}): use e.g. batch_size=32, "
                        "or batch_size=null for the model's batch lists")
-    if cfg["repeat"] < 0:
-        raise BadInput(f"repeat is a replicate index (got {cfg['repeat']}): use e.g. repeat=0,1,2")
-    if not 0 <= cfg["seed"] < 2**32:
-        raise BadInput(f"seed must be in [0, 2**32) (got {cfg['seed']}): use e.g. seed=0")
-    if not cfg["ops"]:
+    if config.repeat < 0:
+        raise BadInput(f"repeat is a replicate index (got {config.repeat}): use e.g. repeat=0,1,2")
+    if not 0 <= config.seed < 2**32:
+        raise BadInput(f"seed must be in [0, 2**32) (got {config.seed}): use e.g. seed=0")
+    if not config.ops:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
-    bench = cfg["bench"]
-    for key, v in bench.items():
+    bench = config.bench
+    for key, v in ((f.name, getattr(bench, f.name)) for f in dataclasses.fields(bench)):
         test, what = BENCH_RULES.get(key, (lambda v: v >= 0, "a number >= 0"))
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and test(v)):
             raise BadInput(f"bench.{key} must be {what} (got {v}): use e.g. bench=quick, or bench.{key}=<value>")
-    if bench["max_samples"] < bench["min_samples"]:
-        raise BadInput(f"bench.max_samples ({bench['max_samples']}) is below bench.min_samples "
-                       f"({bench['min_samples']}): raise it")
-    mode, _, prec = cfg["report"]["baseline"].partition(" ")  # modes: jax-jit, torch-compile-cg, a runner's name
+    if bench.max_samples < bench.min_samples:
+        raise BadInput(f"bench.max_samples ({bench.max_samples}) is below bench.min_samples "
+                       f"({bench.min_samples}): raise it")
+    mode, _, prec = config.report.baseline.partition(" ")  # modes: jax-jit, torch-compile-cg, a runner's name
     if not mode or prec not in PRECISIONS:
-        raise BadInput(f"report.baseline must be '<mode> <precision>' (got {cfg['report']['baseline']!r}): e.g. "
+        raise BadInput(f"report.baseline must be '<mode> <precision>' (got {config.report.baseline!r}): e.g. "
                        f"'{DEFAULT_BASELINE}'; precisions {', '.join(PRECISIONS)}")
 
 
-def job(cfg: dict) -> Job:
+def job(config: Config) -> Job:
     """The job, validated without starting anything; raises BadInput naming the fix."""
-    validate_values(cfg)
-    spec = model_spec(cfg)
-    this = Job(cfg, spec, plan(cfg, spec))
+    validate_values(config)
+    spec = model_spec(config)
+    this = Job(config, spec, plan(config, spec))
     if not (os.path.isfile(this.python) and os.access(this.python, os.X_OK)):
         raise BadInput(f"runtime.python={this.python} is not an executable interpreter: give the path of a venv's "
                        "bin/python, or runtime.python=null")
-    if this.framework == "external":
+    if config.framework.name == "external":
         try:
-            external.validate(this.external_command, this.external_name, this.python)
+            external.validate(config.external.command, config.external.name, this.python)
         except ValueError as e:
             raise BadInput(str(e)) from None
-    allocator = this.allocator
+    allocator = config.runtime.allocator
     if "LD_PRELOAD" in ALLOCATORS[allocator]:
         lib = ALLOCATORS[allocator]["LD_PRELOAD"]
         if not has_library(lib):
@@ -98,10 +118,10 @@ def job(cfg: dict) -> Job:
     return this
 
 
-def jobs(cfgs: list[dict]) -> list[Job]:
+def jobs(configs: list[Config]) -> list[Job]:
     """Every job of a run or a sweep, validated, and each interpreter asked (all at once) whether it can measure."""
-    validated = [job(c) for c in cfgs]
-    asks = {ask(j) for j in validated if j.framework != "external"}
+    validated = [job(c) for c in configs]
+    asks = {ask(j) for j in validated if j.config.framework.name != "external"}
     answers = dict(zip(asks, manager.probe(list(asks))))
     for (python, fw, _, _), (problem, _) in answers.items():
         if problem and python == sys.executable:
@@ -114,14 +134,14 @@ def jobs(cfgs: list[dict]) -> list[Job]:
 
 def ask(job: Job) -> tuple[str, str, Setup, str]:
     """What a probe is asked: interpreter, framework, set-up and allocator (the allocator is in the fingerprint)."""
-    return job.python, job.framework, job.setup, job.allocator
+    return job.python, str(job.config.framework.name), job.setup, str(job.config.runtime.allocator)
 
 
-def plan(cfg: dict, spec: models.ModelSpec) -> tuple[Point, ...]:
+def plan(config: Config, spec: models.ModelSpec) -> tuple[Point, ...]:
     """The points of a job: one per batch size, each with the ops whose batch lists hold that size."""
-    ops = tuple(dict.fromkeys(cfg["ops"]))
-    if cfg["batch_size"] is not None:
-        return (Point(cfg["batch_size"], ops),)
+    ops = tuple(dict.fromkeys(str(op) for op in config.ops))
+    if config.batch_size is not None:
+        return (Point(config.batch_size, ops),)
     lists = spec.batch_sizes
     sizes = sorted({b for op in ops for b in lists.get(op, ())})
     # An op without a batch list still runs at every size, so its skip reason is recorded, not lost.

@@ -8,20 +8,20 @@ from experiments.common.job import Job
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
-from tests.helpers import nnbench, runs
+from tests.helpers import config, nnbench, runs
+
+TORCH = config("framework=torch", "device=cpu")
 
 
 def log_point(uri, exp_id, version, median, rng, tmp, processes=5):
     """A torch LeNet bs32 inference run measured in `processes` processes, all around `median`."""
-    cfg = {"framework": {"name": "torch", "compile": False}, "model": {"name": "lenet"},
-           "precision": {"name": "fp32", "tf32": False}, "device": "cpu"}
     point = Point(32, ("inference",))
     results = []
     for _ in range(processes):
         m = Measurement(list(median * rng.lognormal(0, 0.01, 30) * rng.lognormal(0, 0.02)), 1, 0.01, "ci", 0.1)
         op = OpResult("ok", device="cpu", measurement=m, stats=summarize([m], 32), calls_per_block=1)
         results.append(PointResult(32, "cpu", {"torch_version": version}, {"inference": op}))
-    rec = records.build(Job(cfg, None, (point,)), point, results)
+    rec = records.build(Job(TORCH, None, (point,)), point, results)
     rec.save(tmp / version)
     tracking.log_record(uri, exp_id, rec, tmp / version)
 

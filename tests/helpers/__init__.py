@@ -1,4 +1,5 @@
-"""What several test modules share: tiny models, synthetic results, the CLI in a subprocess, a real MLflow server."""
+"""What several test modules share: tiny models, the real config typed, synthetic results, the CLI in a subprocess,
+a real MLflow server."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import models
-from experiments.common.config import bench_budget
+from experiments.common.config import Config, bench_budget, register
 from experiments.common.protocol import Budget, Measurement, OpResult
 from experiments.measure.stats import summarize
 
@@ -22,6 +23,17 @@ FORMAT = {"jax": "nhwc", "torch": "contiguous"}  # each framework's default fram
 def tiny(name: str) -> models.ModelSpec:
     """The model at sizes a test can afford (only matmul_chain has sizes)."""
     return models.load(name, **TINY.get(name, {}))
+
+
+def config(*overrides: str) -> Config:
+    """The real config composed with `overrides` and typed at the door, as a sweep's job gets it."""
+    from hydra import compose, initialize_config_dir
+
+    from experiments.sweep.preflight import typed
+
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return typed(compose(config_name="config", overrides=list(overrides)))
 
 
 def budget(bench: str = "default", **overrides) -> Budget:

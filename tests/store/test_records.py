@@ -9,14 +9,11 @@ import models
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
 from experiments.store import records
-from tests.helpers import ok_op
+from tests.helpers import config, ok_op
 
-CFG = {"framework": {"name": "torch", "compile": True}, "model": {"name": "lenet"},
-       "precision": {"name": "fp32", "tf32": False}, "batch_size": None, "ops": ["inference", "training"],
-       "device": "auto", "seed": 0, "bench": {"max_time_s": 5.0}}
 ENV = {"torch_version": "2.13.0+cpu", "python_version": "3.11.7", "device_name": "cpu", "cpu_model": "X"}
 POINT = Point(32, ("inference", "training"))
-JOB = Job(CFG, models.load("lenet"), (POINT,))
+JOB = Job(config("framework=torch", "framework.compile=true"), models.load("lenet"), (POINT,))
 
 
 def ok_result(ops: dict[str, OpResult]) -> PointResult:
@@ -96,7 +93,7 @@ def test_processes_fold_into_one_run_with_derived_metrics():
     assert m["peak_tflops"] == 2.0 and m["inference_peak_mem_bytes"] == 4_000_000  # the largest process's
     assert m["inference_background_cores"] == 0.5 and rec.tags["noisy"] == "true"
     assert [len(p["samples_s"]) for p in rec.samples["inference"]["processes"]] == [6, 6, 6]
-    assert rec.params["memory_format"] == "n/a" and rec.params["mode"] == "torch-compile"
+    assert rec.params["memory_format"] == "contiguous" and rec.params["mode"] == "torch-compile"
 
 
 def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
@@ -110,13 +107,14 @@ def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
 
 
 def test_mode_names_the_variant_measured():
-    assert Job({"framework": {"name": "jax", "compile": True, "memory_format": "nhwc"}}, None, ()).mode == "jax-jit"
-    assert Job({"framework": {"name": "torch", "compile": False, "memory_format": "channels_last"}}, None, ()).mode == (
-        "torch-eager-cl")
-    assert Job({"framework": {"name": "torch", "compile": True, "compile_mode": "reduce-overhead",
-                "memory_format": "contiguous"}}, None, ()).mode == "torch-compile-cg"
-    lux = {"framework": {"name": "external", "compile": False}, "external": {"name": "Lux"}}
-    assert Job(lux, None, ()).mode == "Lux"
+    def mode(*overrides: str) -> str:
+        return Job(config(*overrides), None, ()).mode
+
+    assert mode("framework=jax") == "jax-jit" and mode("framework=jax", "framework.compile=false") == "jax-eager"
+    assert mode("framework=torch", "framework.memory_format=channels_last") == "torch-eager-cl"
+    assert mode("framework=torch", "framework.compile=true", "framework.compile_mode=reduce-overhead") == (
+        "torch-compile-cg")
+    assert mode("framework=external", "external.name=Lux") == "Lux"
 
 
 def test_numbers_are_metrics_and_identity_is_tags():

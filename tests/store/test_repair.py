@@ -27,7 +27,7 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
     monkeypatch.setenv("FAKE_FAULT", "none")
     uri, exp = store
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    points.run_job(preflight.job(preflight.as_dict(cfg)), tmp_path / "sweep" / "0")
+    points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "sweep" / "0")
     parent = tracking.start_parent(uri, exp, "sweep", {})
     sweep = Sweep(tmp_path / "sweep")
     sweep.write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="incomplete"))

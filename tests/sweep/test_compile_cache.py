@@ -6,7 +6,7 @@ from experiments.sweep import points, preflight
 
 
 def job(make_cfg, *overrides):
-    return preflight.job(preflight.as_dict(make_cfg("model=lenet", "bench=quick", "bench.processes=3",
+    return preflight.job(preflight.typed(make_cfg("model=lenet", "bench=quick", "bench.processes=3",
                                                       "ops=[inference]", "batch_size=8", *overrides)))
 
 

@@ -34,39 +34,42 @@ def test_each_option_has_a_yaml_and_each_yaml_an_option(group):
 ])
 def test_presets_compose(make_cfg, preset, frameworks_, model, ops):
     cfg = make_cfg(f"experiment={preset}", hydra=True)
-    c = preflight.as_dict(cfg)
-    assert c["ops"] == ops
+    c = preflight.typed(cfg)
+    assert c.ops == ops
     params = cfg.hydra.sweeper.params
     assert params["framework"] == frameworks_
     if model:
         assert params["model"] == model
     else:
-        assert c["model"]["name"] == "matmul_chain" and c["precision"]["name"] == "bf16"
+        assert c.model["name"] == "matmul_chain" and c.precision.name == "bf16"
         assert params["framework.compile"] == "true,false"
-        assert c["model"]["n"] in (1000, 10000) and c["report"]["baseline"] == "torch-eager bf16"
+        assert c.model["n"] in (1000, 10000) and c.report.baseline == "torch-eager bf16"
     preflight.job(c)
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
 def test_every_option_composes(make_cfg, group, option):
     runner = ["external.name=Reference", "external.command='python runners/reference_runner.py --model {model}'"]
-    c = preflight.as_dict(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
-    if group != "bench":
-        assert c[group]["name"] == option
+    c = preflight.typed(make_cfg(f"{group}={option}", *(runner if option == "external" else [])))
+    if group == "model":
+        assert c.model["name"] == option
+    elif group != "bench":
+        assert getattr(c, group).name == option
     preflight.job(c)
 
 
 def test_defaults_follow_each_frameworks_idiom(make_cfg):
     assert make_cfg("framework=jax").framework.compile is True
     assert make_cfg("framework=torch").framework.compile is False
-    c = preflight.as_dict(make_cfg())
-    assert c["ops"] == ["inference", "training"] and c["device"] == "auto" and c["batch_size"] is None
-    assert c["precision"] == {"name": "fp32", "tf32": False}
+    c = preflight.typed(make_cfg())
+    assert c.ops == ["inference", "training"] and c.device == "auto" and c.batch_size is None
+    assert (c.precision.name, c.precision.tf32) == ("fp32", False)
+    assert (c.runtime.start, c.runtime.compile_cache) == ("fork", True)  # the schema's defaults, nothing else's
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu"])
 def test_device_options(make_cfg, device):
-    assert preflight.as_dict(make_cfg(f"device={device}"))["device"] == device
+    assert preflight.typed(make_cfg(f"device={device}")).device == device
 
 
 @pytest.mark.parametrize("override", ["model=lenett", "framework=flax", "precision=fp8", "bench=fast"])
@@ -114,26 +117,26 @@ def test_composition_errors_read_as_one_line(make_cfg, override, line):
 ])
 def test_validate_names_the_fix(make_cfg, override, match):
     with pytest.raises(BadInput, match=match):
-        preflight.job(preflight.as_dict(make_cfg(override)))
+        preflight.job(preflight.typed(make_cfg(override)))
 
 
 def test_matmul_chain_keys_are_checked(make_cfg):
     with pytest.raises(BadInput):
-        preflight.job(preflight.as_dict(make_cfg("model=matmul_chain", "+model.widht=3")))
+        preflight.job(preflight.typed(make_cfg("model=matmul_chain", "+model.widht=3")))
 
 
 def test_plan_uses_the_seed_lists(make_cfg):
-    c = preflight.as_dict(make_cfg("model=lenet"))
+    c = preflight.typed(make_cfg("model=lenet"))
     points = preflight.plan(c, preflight.model_spec(c))
     assert [(p.batch_size, p.ops) for p in points] == [
         (2, ("inference",)), (8, ("inference",)), (32, ("inference", "training")), (128, ("inference", "training"))]
 
 
 def test_plan_single_batch_size_runs_every_op(make_cfg):
-    c = preflight.as_dict(make_cfg("model=lenet", "batch_size=4", "ops=[inference,grad]"))
+    c = preflight.typed(make_cfg("model=lenet", "batch_size=4", "ops=[inference,grad]"))
     assert preflight.plan(c, preflight.model_spec(c)) == (Point(4, ("inference", "grad")),)
 
 
 def test_plan_matmul_chain_batch_is_m_and_keeps_unsupported_ops(make_cfg):
-    c = preflight.as_dict(make_cfg("model=matmul_chain", "model.m=64"))
+    c = preflight.typed(make_cfg("model=matmul_chain", "model.m=64"))
     assert preflight.plan(c, preflight.model_spec(c)) == (Point(64, ("inference", "training")),)

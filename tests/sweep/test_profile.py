@@ -30,7 +30,7 @@ def fake_profile(request, op: str, batch: int) -> OpResult:
 @pytest.fixture
 def job(make_cfg, tmp_path):
     """lenet training at its seed sizes (32, 128) in two timed processes, profile=true."""
-    return preflight.job(preflight.as_dict(make_cfg("framework=torch", "ops=[training]", "profile=true",
+    return preflight.job(preflight.typed(make_cfg("framework=torch", "ops=[training]", "profile=true",
                                                       "bench=quick", "bench.processes=2")))
 
 
@@ -95,7 +95,7 @@ def test_an_interrupted_profile_keeps_every_point_with_its_timings(job, tmp_path
 
 
 def test_an_external_runner_is_not_profiled_and_says_why(make_cfg, tmp_path):
-    job = preflight.job(preflight.as_dict(make_cfg(
+    job = preflight.job(preflight.typed(make_cfg(
         "framework=external", "external.name=Reference", f"external.command='{TEMPLATE}'", "model=mlp_relu",
         "batch_size=8", "ops=[inference]", "bench=quick", "profile=true")))
     assert job.workers == 1
