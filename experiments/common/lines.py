@@ -9,7 +9,8 @@ page takes what no timing can be: a batch below 1, seconds not finite and positi
 twice (the page's Dict keeps the last silently); and it takes numbers only in plain decimal forms (`32`, `0.5`,
 `4.3e-05`; not `+32`, ` 32`, `0x20`, `Inf`), which Julia parses to the same values.
 SAMPLES (raw per-call seconds, comma-separated) is nnbench's extension for runners; `strict=True` rejects it,
-as the page does. Validate a runner's output: `python runners/reference_runner.py ... | nnbench sciml`.
+as the page does. Validate a runner's output: `python runners/reference_runner.py ... | nnbench sciml`. `results`
+reads parsed lines as a worker's results, for a runner in a sweep and for `nnbench import`.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from experiments.common.protocol import Measurement, OpResult, Point, PointResult
 
 FIELDS = {"TIMING": 6, "METADATA": 3, "SAMPLES": 6}
 QUOTE = 300  # characters of a bad line quoted in the error (a SAMPLES line can be long)
@@ -154,4 +157,27 @@ def parse(lines: Iterable[str] | str, strict: bool = False) -> Parsed:
                 out.samples.append(item)
             case (k, v):
                 out.metadata[k] = v
+    return out
+
+
+def results(parsed: Parsed, name: str, model: str, points: tuple[Point, ...], device: str) -> list[PointResult]:
+    """One PointResult per point, as a worker reports it (the parent computes its statistics); a point whose ops the
+    runner did not time fails, naming what is missing. `device`: where it ran, unless its `<name> device` line says."""
+    timings = {t.key: t.seconds for t in parsed.timings}
+    samples = {s.key: list(s.seconds) for s in parsed.samples}
+    env = {f"runner_{k.lower().replace(' ', '_')}": v for k, v in parsed.metadata.items()} | {"runner": name}
+    device = parsed.metadata.get(f"{name} device", device)
+    out = []
+    for point in points:
+        keys = {op: (name, model, op, point.batch_size) for op in point.ops}
+        missing = [" ".join(map(str, k)) for k in keys.values() if k not in timings]
+        if missing:
+            out.append(PointResult(point.batch_size, failure=f"the runner printed no TIMING line for {missing[0]}"))
+            continue
+        # with SAMPLES every statistic comes from them; without, the TIMING median is the one sample
+        # (n_samples=1, no spread, a CI of zero width: the run says how little it knows)
+        ops = {op: OpResult("ok", device=device, measurement=Measurement(samples.get(key, [timings[key]]), 1, math.nan,
+                                                                         "runner", sum(samples.get(key, []))))
+               for op, key in keys.items()}
+        out.append(PointResult(point.batch_size, device, env, ops))
     return out

@@ -8,7 +8,6 @@ measured, and an environment built by `nnbench versions` adds its spec and versi
 """
 from __future__ import annotations
 
-import math
 import shlex
 import shutil
 import string
@@ -18,10 +17,9 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.common import lines
-from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Request
+from experiments.common.protocol import Point, PointResult, Request
 from experiments.harness import manager
 from experiments.measure.environment import spec_record
-from experiments.measure.stats import summarize
 
 PLACEHOLDERS = ("model", "precision", "device", "ops", "batch_sizes", "python")
 
@@ -51,26 +49,11 @@ def command(template: str, request: Request, python: str = sys.executable) -> li
 
 def results(parsed: lines.Parsed, name: str, model: str, points: tuple[Point, ...], device: str,
             python: str = sys.executable) -> list[PointResult]:
-    """One PointResult per point; a point whose ops the runner did not time fails, naming what is missing."""
-    timings = {t.key: t.seconds for t in parsed.timings}
-    samples = {s.key: list(s.seconds) for s in parsed.samples}
-    env = {f"runner_{k.lower().replace(' ', '_')}": v for k, v in parsed.metadata.items()} | {"runner": name}
-    env |= spec_record(Path(python).parent.parent)  # the venv of bin/python: its spec, if nnbench versions built it
-    device = parsed.metadata.get(f"{name} device", device)
-    out = []
-    for point in points:
-        keys = {op: (name, model, op, point.batch_size) for op in point.ops}
-        missing = [" ".join(map(str, k)) for k in keys.values() if k not in timings]
-        if missing:
-            out.append(PointResult(point.batch_size, failure=f"the runner printed no TIMING line for {missing[0]}"))
-            continue
-        ops = {}
-        for op, key in keys.items():
-            # with SAMPLES every statistic comes from them; without, the TIMING median is the one sample
-            # (n_samples=1, no spread, a CI of zero width: the run says how little it knows)
-            m = Measurement(samples.get(key, [timings[key]]), 1, math.nan, "runner", sum(samples.get(key, [])))
-            ops[op] = OpResult("ok", device=device, measurement=m, stats=summarize([m], point.batch_size))
-        out.append(PointResult(point.batch_size, device, env, ops))
+    """`lines.results`, each measured point's record with the spec of the environment `python` belongs to."""
+    out = lines.results(parsed, name, model, points, device)
+    spec = spec_record(Path(python).parent.parent)  # the venv of bin/python: its spec, if nnbench versions built it
+    for r in out:
+        r.environment |= spec if r.failure is None else {}
     return out
 
 

@@ -8,7 +8,8 @@ import math
 import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
-from experiments.report.tables import FLAGS, markdown, speedups, summary
+from experiments.common.columns import FLAGS
+from experiments.report.tables import markdown, speedups, summary
 
 # Tags of the point runs that say where and with what a sweep ran (its environment line and the parent's tags).
 VERSIONS = ("jax_version", "jaxlib_version", "flax_version", "optax_version", "torch_version", "numpy_version",

@@ -8,7 +8,7 @@ from itertools import combinations
 
 from experiments.common.config import DEFAULT_BASELINE, OPS
 from experiments.common.protocol import METRICS, PARTS, STATS
-from experiments.store.records import DERIVED, PARAMS
+from experiments.common.columns import DERIVED, FLAGS, PARAMS
 
 TIMES = tuple(f"time_{p}_s" for p in PARTS)  # a profiled op: where one step's wall time went
 PROFILE = TIMES + ("profile_wall_s", "profile_wall_ratio")
@@ -43,7 +43,6 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT = ["model", "op", "batch_size", "variant", "device"]
-FLAGS = ("noisy", "unstable")  # tags that say a point's numbers need care (docs/measuring.md)
 
 
 def fmt_time(seconds: float) -> str:

@@ -9,7 +9,7 @@ from experiments.common.config import OPS, Config, Device, ExternalConf, Framewo
     backends
 from experiments.common.job import Job
 from experiments.common.protocol import Point
-from experiments.harness import external
+from experiments.measure.reading import read
 from experiments.store import records
 
 
@@ -45,8 +45,9 @@ def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, sou
         mode = mapping.get(name, name)
         device = parsed.metadata.get(f"{name} device", "n/a")
         point = Point(batch, tuple(ops))
-        (result,) = external.results(parsed, name, model, (point,), device)
-        rec = records.build(Job(config(mode, model, precision, device, point.ops), None, (point,)), point, [result])
+        (result,) = lines.results(parsed, name, model, (point,), device)
+        job = Job(config(mode, model, precision, device, point.ops), None, (point,))
+        rec = records.build(job, read(point, [result]))
         rec.tags |= {"imported": "true", "import_sha256": sha, "import_file": source, "imported_name": name}
         out.append(rec)
     return out

@@ -2,7 +2,7 @@
 (a raw MLflow filter) and `--sweep` (one sweep's points), as one MLflow filter string. Parent side."""
 from __future__ import annotations
 
-from experiments.store.records import PARAMS
+from experiments.common.columns import PARAMS
 
 
 def filter_string(pairs: list[str], extra: str | None = None, sweep: str | None = None) -> str:

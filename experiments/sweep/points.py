@@ -1,11 +1,12 @@
-"""A job's points, measured in `bench.processes` fresh workers one after another; each point's record is built after
-its last process and saved in its dir; with profile=true one more worker then profiles the points, and each record
-is saved again with its profile added; then it is handed on to be logged. Parent side."""
+"""A job's points, each through its life in one collector (`Points`): measured by `bench.processes` fresh workers one
+after another, read and saved in its dir after its last process, profiled by one more worker (profile=true) and saved
+again with its profile, then logged, between workers. Parent side."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import logging
+import math
 import signal
 import time
 import traceback
@@ -18,11 +19,14 @@ import numpy as np
 import yaml
 
 from experiments.common.config import logged
+from experiments.common.errors import first_line
 from experiments.common.job import Job
-from experiments.common.protocol import PARTS, Json, Point, PointResult, Request
+from experiments.common.protocol import PARTS, Json, Point, PointResult, Request, Stats
 from experiments.harness import external, manager
 from experiments.measure.machine import MachineCheck, prior
+from experiments.measure.reading import Reading, read
 from experiments.store import records
+from experiments.store.sweepdir import MARKER, Sweep, SweepState
 from experiments.sweep import interrupts
 
 log = logging.getLogger("nnbench")
@@ -52,81 +56,205 @@ class JobTimes(Json):
         return self.wall_s - self.measuring_s - self.profiling_s
 
 
-Measured = Callable[[Point, int, PointResult, "records.Record | None", "Path | None"], None]
+@dataclass
+class Kept:
+    """A point on its way: its reading, its record as saved in its dir, and the profiling worker's line for it."""
+
+    point: Point
+    reading: Reading
+    record: records.Record
+    directory: Path
+    profile: PointResult | None = None
 
 
-def run_job(job: Job, job_dir: Path, on_measured: Measured = lambda *a: None, peaks: Path | None = None,
-            after_worker: Callable[[], None] = lambda: None, cache: Path | None = None,
-            machine: MachineCheck | None = None, spent: dict[str, float] | None = None) -> list[records.Record]:
-    """Measure every point of the job in `bench.processes` fresh workers, one after another; each worker
-    measures every point, so a point's processes are interleaved with the others' points.
+class Points:
+    """One job's points through their life, and the console line at each step:
 
-    `on_measured(point, process, result, record, directory)` hears of each point as each process reports it;
-    after the last process the point's record is built, saved in its directory, and passed along (else None).
-    It must stay light: the worker is measuring the next point meanwhile. Heavy work (plots, the store) waits
-    for `after_worker`, called once each worker has ended: logging beside a worker took up to a core
-    (its points read `noisy`, 0.8-1.0 other cores, 56 ms for a 0.6 ms call). Measurement faults become failed
-    records; nothing raises but an interrupt.
+    - measured: each process's result as its worker writes it (`take`), a progress line;
+    - saved: after its last process, its reading and record, saved in its dir (a harness fault fails the point);
+    - profiled (profile=true, `profiled`): its record saved again with the profile, which never changes a timing;
+    - logged: its samples plot and its run, queued until the worker has ended (`log_queued`): logging beside a worker
+      took up to a core (its points read `noisy`, 0.8-1.0 other cores, 56 ms for a 0.6 ms call).
+
+    A signal that stopped the worker keeps the point in progress as interrupted and raises once it is saved.
+    `state`: the sweep's store (None: nothing is logged); `machine`: the sweep's machine check, for the hint.
+    """
+
+    def __init__(self, job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
+                 machine: MachineCheck | None = None):
+        self.job, self.job_dir, self.state, self.sweep, self.machine = job, job_dir, state, sweep, machine
+        self.results: list[list[PointResult]] = [[] for _ in job.points]  # per point, one per process so far
+        self.waiting: list[Kept] = []  # saved, to be profiled
+        self.queued: list[Kept] = []  # to be logged once the worker has ended
+        self.done: list[Kept] = []  # saved with all they will get, in the order they were passed on
+        self.profiling: list[Kept] = []  # being profiled, in the order the profiling worker reports them
+        self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
+        self.profiles = job.config.profile and job.config.framework.name != "external"
+
+    @property
+    def records(self) -> list[records.Record]:
+        return [k.record for k in self.done]
+
+    def take(self, process: int, result: PointResult) -> None:
+        """Process `process`'s result for its next point (a worker reports its points in order)."""
+        i = next(i for i, got in enumerate(self.results) if len(got) == process)
+        point, last = self.job.points[i], process == self.job.config.bench.processes - 1
+        self.results[i].append(result)
+        if interrupts.pending() and result.failure is not None:  # the signal stopped the worker
+            return self.interrupted(point, self.results[i] if last else [result])
+        if not last:
+            return self.measured(point, process, result)
+        kept = self.save(point, self.results[i])
+        if self.profiles and kept.record.outcome == "ok":
+            self.waiting.append(kept)  # saved: its timings are final
+            return self.measured(point, process, result)
+        self.finished(kept)
+
+    def measured(self, point: Point, process: int, result: PointResult) -> None:
+        what = f"FAILED: {result.failure}" if result.failure else "measured"
+        n = self.job.config.bench.processes
+        log.info("%s %s: process %d of %d %s", self.tick(), records.run_name(self.job, point), process + 1, n, what)
+        interrupts.checkpoint()  # a point's record comes after its last process
+
+    def save(self, point: Point, results: list[PointResult], interrupted: str | None = None) -> Kept:
+        """The point's reading and record, saved in its dir."""
+        try:
+            reading = read(point, results, self.machine)
+        except Exception:  # a harness bug fails this point, not the sweep
+            failed = PointResult(point.batch_size, failure="harness error", stderr_tail=traceback.format_exc())
+            reading = read(point, [failed])
+        reading = dataclasses.replace(reading, interrupted=interrupted)
+        rec = records.build(self.job, reading)
+        if self.job.config.profile and not self.profiles:
+            rec = records.without_profile(rec, "unavailable", EXTERNAL)
+        kept = Kept(point, reading, rec, self.job_dir / "points" / rec.slug)
+        rec.save(kept.directory)
+        return kept
+
+    def interrupted(self, point: Point, results: list[PointResult]) -> None:
+        """The point the worker was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
+        signum = interrupts.pending()
+        kept = self.save(point, results, f"interrupted by {signal.Signals(signum).name} while this point was measuring")
+        log.info("%s %s: INTERRUPTED (%s)", self.tick(), kept.record.run_name, kept.reading.interrupted)
+        self.queued.append(kept)
+        raise interrupts.Interrupted(signum)
+
+    def finished(self, kept: Kept) -> None:
+        """Its console line; then it waits to be logged."""
+        log.info("%s %s: %s", self.tick(), kept.record.run_name, summary(kept))
+        self.done.append(kept)
+        self.queued.append(kept)
+        interrupts.checkpoint()
+
+    def unprofiled(self, kept: Kept, status: str, why: str) -> None:
+        """A point that keeps its timings without a profile (failed or interrupted); saved and passed on."""
+        kept.record = records.without_profile(kept.record, status, why)
+        kept.record.save(kept.directory)
+        with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+            self.finished(kept)
+
+    def profiled(self, result: PointResult) -> None:
+        """The profiling worker's line for its next point: the point's record again, with the profile; after a signal
+        stopped it, this point and the rest keep their timings, unprofiled."""
+        kept = self.profiling.pop(0)
+        if result.failure is not None and (signum := interrupts.pending()):
+            for rest in [kept, *self.profiling]:
+                self.unprofiled(rest, "interrupted", f"interrupted by {signal.Signals(signum).name} before it was "
+                                "profiled")
+            self.profiling = []
+            raise interrupts.Interrupted(signum)
+        files = self.job_dir / "process-profile" / "files" / f"bs{kept.point.batch_size}"
+        try:
+            kept.record = records.add_profile(kept.record, kept.reading, result, files, kept.directory)
+            kept.profile = result if result.failure is None else None
+        except Exception:  # a harness bug fails this profile, not the point
+            kept.record = records.without_profile(kept.record, "failed", f"harness error\n{traceback.format_exc()}")
+        kept.record.save(kept.directory)
+        self.finished(kept)
+
+    def log_queued(self) -> None:
+        """Log what the last worker finished (the samples plot, then the run), now that no worker measures."""
+        t = time.perf_counter()
+        while self.queued:
+            kept = self.queued.pop(0)
+            if self.state is not None:
+                log_point(self.state, kept.record, kept.directory)
+        self.logging_s += time.perf_counter() - t
+
+    def tick(self) -> str:
+        """The progress count (a full disk must not stop the logging of what is measured)."""
+        try:
+            return self.sweep.tick() if self.sweep else ""
+        except OSError:
+            return "[?]"
+
+    def times(self, wall_s: float) -> JobTimes:
+        ops = [o for k in self.done for o in k.reading.ops.values()]
+        profiled = [r.profile for k in self.done if k.profile for r in k.profile.ops.values() if r.profile]
+        return JobTimes(wall_s, sum(m.elapsed_s for o in ops for m in o.measurements), len(self.done),
+                        profiling_s=sum(p.elapsed_s for p in profiled), logging_s=self.logging_s, **self.spent)
+
+
+def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
+            peaks: Path | None = None, cache: Path | None = None, machine: MachineCheck | None = None) -> Points:
+    """Measure every point of the job in `bench.processes` fresh workers, one after another; each worker measures
+    every point, so a point's processes are interleaved with the other points'. Faults become failed records;
+    nothing raises but an interrupt.
 
     `cache`: the sweep's compile cache for this job's environment (None: none). Workers are forked by one fork
     server per job (runtime.start=fork) or spawned. Each process stops sampling an op once more samples cannot
     narrow its re-run interval: its CI is a fraction of the spread between the processes so far (`between`), or of
     a prior before two processes have measured: bench.between_prior, or the `machine` check's drift if larger.
-    `spent` receives where the time went (JobTimes' fields).
-
-    With profile=true the points measured are saved first, then profiled by one more worker (`profile`), and
-    passed along once profiled: the profiler never runs while a point is timed, and a profile adds to a saved
-    record without changing any of its timings.
+    With profile=true one more worker then profiles the saved points: never while a point is timed.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(yaml.safe_dump(logged(job.config), sort_keys=False))
+    kept = Points(job, job_dir, state, sweep, machine)
     if not job.points:  # resume=true found them all in the store
-        return []
-    c = job.config
-    n, server, spent = c.bench.processes, None, {} if spent is None else spent
+        return kept
     t0 = time.perf_counter()
-    if c.framework.name == "external":  # a runner in any language, in the worker's place
-        measure = partial(external.run, template=c.external.command, name=c.external.name, python=job.python)
-    else:
-        environ = manager.environ(str(c.runtime.allocator), cache)
-        if c.runtime.start == "fork":
-            try:
-                server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
-            except manager.ServerUnavailable as e:
-                log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
-        measure = partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
-                          server=server)
-    spent["server_s"], spent["logging_s"] = time.perf_counter() - t0, 0.0
-
-    def log_between() -> None:
-        t = time.perf_counter()
-        after_worker()
-        spent["logging_s"] += time.perf_counter() - t
-
-    results: list[list[PointResult]] = [[] for _ in job.points]
-    recs: list[records.Record] = []
-    to_profile: list[tuple[Point, records.Record, Path]] = []
+    measure, server = measurer(job, job_dir, cache)
+    spent = {"server_s": time.perf_counter() - t0}
     try:
-        for r in range(n):
-            spread = between(results, {op for p in job.points for op in p.ops},
-                             prior(machine, c.bench.between_prior))
-            request = job.request(peaks and peaks.resolve(), spread)
-            measure_process(job, job_dir, r, request, results, recs, to_profile, measure, on_measured, log_between,
-                            machine)
-        if to_profile:
+        for r in range(job.config.bench.processes):
+            spread = between(kept.results, {op for p in job.points for op in p.ops},
+                             prior(machine, job.config.bench.between_prior))
+            measure_process(kept, r, job.request(peaks and peaks.resolve(), spread), measure)
+        if kept.waiting:
             try:
-                recs += profile(job, job_dir, to_profile, measure, on_measured)
+                profile(kept, measure)
             finally:
-                log_between()
+                kept.log_queued()
     finally:
         if server is not None:
             server.close()
-        ms = [o.measurement for per_point in results for r in per_point for o in r.ops.values() if o.measurement]
-        spent |= {"op_points": len(ms), "startup_s": sum(r.startup_s or 0 for p in results for r in p),
-                  "first_calls_s": sum(m.first_call_s for m in ms if m.first_call_s == m.first_call_s),  # NaN: a runner
-                  "warmup_s": sum(m.warmup_s for m in ms),
-                  "sampling_s": sum(m.sampling_s for m in ms)}
-    return recs
+        kept.spent = spent | spent_in(kept.results)
+    return kept
+
+
+def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, manager.ForkServer | None]:
+    """How the job's workers are run: a runner in any language in their place, or nnbench's own, forked by the job's
+    fork server (runtime.start=fork, when it can start) or spawned; and that server."""
+    c = job.config
+    if c.framework.name == "external":
+        return partial(external.run, template=c.external.command, name=c.external.name, python=job.python), None
+    server = None
+    if c.runtime.start == "fork":
+        try:
+            environ = manager.environ(str(c.runtime.allocator), cache)
+            server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
+        except manager.ServerUnavailable as e:
+            log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
+    return partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
+                   server=server), server
+
+
+def spent_in(results: list[list[PointResult]]) -> dict[str, float]:
+    """Where the workers' time went (JobTimes' fields), over every process of every point."""
+    ms = [o.measurement for per_point in results for r in per_point for o in r.ops.values() if o.measurement]
+    return {"op_points": len(ms), "startup_s": sum(r.startup_s or 0 for p in results for r in p),
+            "first_calls_s": sum(m.first_call_s for m in ms if not math.isnan(m.first_call_s)),  # NaN: a runner's
+            "warmup_s": sum(m.warmup_s for m in ms), "sampling_s": sum(m.sampling_s for m in ms)}
 
 
 def between(results: list[list[PointResult]], ops: set[str], prior: float) -> dict[str, float]:
@@ -142,126 +270,79 @@ def between(results: list[list[PointResult]], ops: set[str], prior: float) -> di
     return {op: float(np.median(sds)) if sds else prior for op, sds in spreads.items()}
 
 
-def measure_process(job: Job, job_dir: Path, r: int, request: Request, results: list[list[PointResult]],
-                    recs: list[records.Record], to_profile: list[tuple[Point, records.Record, Path]],
-                    measure: Callable, on_measured: Measured, after_worker: Callable[[], None],
-                    machine: MachineCheck | None = None) -> None:
-    """Process r of every point of the job: one worker measures them all, in order. After the last process each
-    point's record is built and saved; with profile=true it waits in `to_profile` to be profiled."""
-    n, external_runner = job.config.bench.processes, job.config.framework.name == "external"
-    order = iter(range(len(job.points)))  # a worker reports its points in order
-
-    def take(result: PointResult) -> None:
-        i = next(order)
-        results[i].append(result)
-        if r < n - 1:
-            return on_measured(job.points[i], r, result, None, None)
-        try:
-            rec = records.build(job, job.points[i], results[i], machine)
-        except Exception:  # a harness bug fails this point, not the sweep
-            failed = PointResult(job.points[i].batch_size, failure="harness error", stderr_tail=traceback.format_exc())
-            rec = records.build(job, job.points[i], [failed])
-        if job.config.profile and external_runner:
-            rec = records.without_profile(rec, "unavailable", EXTERNAL)
-        directory = job_dir / "points" / rec.slug
-        rec.save(directory)
-        if job.config.profile and rec.outcome == "ok" and not external_runner:
-            to_profile.append((job.points[i], rec, directory))  # saved: its timings are final
-            return on_measured(job.points[i], r, result, None, None)
-        recs.append(rec)
-        on_measured(job.points[i], r, result, rec, directory)
-
+def measure_process(kept: Points, r: int, request: Request, measure: Callable) -> None:
+    """Process r of every point of the job: one worker measures them all, in order; then what it finished is
+    logged. A harness fault fails the points it had left; an interrupt keeps the points measured to the end."""
     try:
-        measure(request, job_dir / f"process-{r}", job.config.bench.timeout_s, on_result=take)
+        measure(request, kept.job_dir / f"process-{r}", kept.job.config.bench.timeout_s,
+                on_result=partial(kept.take, r))
     except Exception:  # a harness bug must not stop the sweep either
         reason = traceback.format_exc()
-        for p in [p for p, got in zip(job.points, results) if len(got) == r]:
-            take(PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
+        for p in [p for p, got in zip(kept.job.points, kept.results) if len(got) == r]:
+            kept.take(r, PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
     except interrupts.Interrupted as e:  # the points measured to the end keep their timings, unprofiled
-        for point, rec, directory in to_profile:
-            rec = records.without_profile(rec, "interrupted", f"interrupted by {e} before it was profiled")
-            rec.save(directory)
-            with contextlib.suppress(interrupts.Interrupted):  # raised once, below
-                on_measured(point, r, PointResult(point.batch_size), rec, directory)
+        for waiting in kept.waiting:
+            kept.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
+        kept.waiting = []
         raise
     finally:
-        after_worker()
+        kept.log_queued()
 
 
-def profile(job: Job, job_dir: Path, todo: list[tuple[Point, records.Record, Path]], measure: Callable,
-            on_measured: Measured) -> list[records.Record]:
-    """One more worker profiles the saved points (their measured ops); each record is saved again with its profile
-    and passed along. A fault in the profiling fails the profile, never the point; an interrupt keeps every point
-    with the timings it has."""
-    out, done = job_dir / "process-profile", []
-    request = dataclasses.replace(job.request(), profile_dir=str(out / "files"),
-                                  points=tuple(Point(p.batch_size, tuple(op for op in p.ops if op in rec.samples))
-                                               for p, rec, _ in todo))
-    order = iter(todo)
-
-    def take(result: PointResult) -> None:
-        point, rec, directory = next(order)
-        try:
-            rec = records.add_profile(rec, result, out / "files" / f"bs{point.batch_size}", directory)
-        except Exception:  # a harness bug fails this profile, not the point
-            rec = records.without_profile(rec, "failed", f"harness error\n{traceback.format_exc()}")
-        signum = interrupts.pending() if result.failure is not None else None
-        why = f"interrupted by {signal.Signals(signum).name} before it was profiled" if signum else ""
-        if not signum:
-            return keep(point, result, rec, directory)
-        for point, rec, directory in [(point, rec, directory), *order]:
-            with contextlib.suppress(interrupts.Interrupted):  # raised once, below
-                keep(point, result, records.without_profile(rec, "interrupted", why), directory)
-        raise interrupts.Interrupted(signum)
-
-    def keep(point: Point, result: PointResult, rec: records.Record, directory: Path) -> None:
-        rec.save(directory)
-        done.append(rec)
-        on_measured(point, job.config.bench.processes, result, rec, directory)
-
+def profile(kept: Points, measure: Callable) -> None:
+    """One more worker profiles the saved points (their measured ops). A fault in the profiling fails the profile,
+    never the point; an interrupt keeps every point with the timings it has."""
+    out = kept.job_dir / "process-profile"
+    kept.profiling, kept.waiting = kept.waiting, []
+    request = dataclasses.replace(kept.job.request(), profile_dir=str(out / "files"),
+                                  points=tuple(Point(k.point.batch_size, tuple(k.reading.ops)) for k in kept.profiling))
     try:
-        measure(request, out, job.config.bench.timeout_s, on_result=take)
+        measure(request, out, kept.job.config.bench.timeout_s, on_result=kept.profiled)
     except Exception:  # a harness bug must not stop the sweep either
         reason = traceback.format_exc()
-        for point, _, _ in list(order):
-            take(PointResult(point.batch_size, failure="harness error", stderr_tail=reason))
-    return done
+        for k in list(kept.profiling):
+            kept.profiled(PointResult(k.point.batch_size, failure="harness error", stderr_tail=reason))
 
 
-def summary(rec: records.Record) -> str:
+def summary(kept: Kept) -> str:
     """One readable line per point for the console."""
-    if rec.outcome == "failed":
-        return "FAILED: " + rec.tags["failure_reason"].splitlines()[0]
-    parts = []
-    for op in rec.params["ops"].split(","):
-        if op in rec.samples:
-            m = rec.metrics
-            parts.append(f"{op} {m[f'{op}_median_s'] * 1e3:.3f} ms "
-                         f"[{m[f'{op}_ci95_low_s'] * 1e3:.3f}, {m[f'{op}_ci95_high_s'] * 1e3:.3f}]")
-        elif f"skip_reason_{op}" in rec.tags:
-            parts.append(f"{op} skipped ({rec.tags[f'skip_reason_{op}']})")
-    if rec.tags.get("noisy") == "true":
-        busy = records.max_background_cores(rec.metrics)
-        parts.append(f"NOISY: other processes used {busy:.2f} cores while it was measured")
-    if rec.tags.get("unstable") == "true":
-        parts.append(f"UNSTABLE: {rec.tags['unstable_hint']}")
-    if rec.tags.get("profile", "ok") != "ok":
-        parts.append(f"profile {rec.tags['profile']}: {rec.tags['profile_reason'].splitlines()[0]}")
-    for op in rec.params["ops"].split(",") if rec.tags.get("profile") == "ok" else ():
-        m = {p: rec.metrics.get(f"{op}_time_{p}_s") for p in PARTS}
-        if m["overhead"] is not None:
-            top = max(m, key=lambda p: m[p])
-            parts.append(f"{op} profiled: {rec.metrics[f'{op}_profile_wall_s'] * 1e3:.3f} ms "
-                         f"({rec.metrics[f'{op}_profile_wall_ratio']:.2f}× the median), most in {top} "
-                         f"({m[top] * 1e3:.3f} ms)")
+    r = kept.reading
+    if r.failure is not None:
+        return "FAILED: " + r.failure.splitlines()[0]
+    parts = [timed(op, r.ops[op].stats) if op in r.ops else f"{op} skipped ({r.skipped[op]})"
+             for op in r.point.ops if op in r.ops or op in r.skipped]
+    if r.noisy:
+        parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
+    if r.unstable:
+        parts.append(f"UNSTABLE: {r.hint}")
+    status = kept.record.tags.get("profile")
+    if status not in (None, "ok"):
+        parts.append(f"profile {status}: {kept.record.tags['profile_reason'].splitlines()[0]}")
+    for op, p in ((op, o.profile) for op, o in (kept.profile.ops.items() if kept.profile else ()) if o.profile):
+        share = {part: p.parts_s.get(part, 0.0) for part in PARTS}
+        top = max(share, key=share.get)
+        parts.append(f"{op} profiled: {p.wall_s * 1e3:.3f} ms ({p.wall_s / r.ops[op].stats.median_s:.2f}× the "
+                     f"median), most in {top} ({share[top] * 1e3:.3f} ms)")
     return "; ".join(parts)
 
 
-def measuring_s(recs: list[records.Record]) -> float:
-    """Time spent inside the timing harness (first calls and warm-up included)."""
-    return sum(s["elapsed_s"] for r in recs for s in r.samples.values())
+def timed(op: str, s: Stats) -> str:
+    return f"{op} {s.median_s * 1e3:.3f} ms [{s.ci95_low_s * 1e3:.3f}, {s.ci95_high_s * 1e3:.3f}]"
 
 
-def profiling_s(recs: list[records.Record]) -> float:
-    """Time spent profiling inside the profiling worker (each op's build, first call and files included)."""
-    return sum(v for r in recs for k, v in r.metrics.items() if k.endswith("_profile_elapsed_s"))
+def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
+    """The samples plot, then the run (its id to the marker first); a store failure costs only a logged line."""
+    from experiments.report import plots  # matplotlib is slow to import: only once there is a point
+    from experiments.store import tracking  # so is mlflow
+
+    try:
+        if rec.samples:
+            plots.plot_samples(rec.samples, directory / "samples.png")
+    except Exception as e:  # a plot must not cost the run
+        log.error("could not draw the samples of %s (%s)", rec.run_name, first_line(e))
+    try:
+        tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
+                            on_created=(directory / MARKER).write_text)
+    except Exception as e:  # the record is on disk already; the sweep goes on
+        log.error("could not log %s to %s (%s); it is kept in %s: log it later with `nnbench upload %s`",
+                  rec.run_name, state.uri, first_line(e), directory, directory)

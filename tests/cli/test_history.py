@@ -6,6 +6,7 @@ import pytest
 from experiments.cli import main
 from experiments.common.job import Job
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult
+from experiments.measure.reading import read
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
 from tests.helpers import config, nnbench, runs
@@ -21,7 +22,7 @@ def log_point(uri, exp_id, version, median, rng, tmp, processes=5):
         m = Measurement(list(median * rng.lognormal(0, 0.01, 30) * rng.lognormal(0, 0.02)), 1, 0.01, "ci", 0.1)
         op = OpResult("ok", device="cpu", measurement=m, stats=summarize([m], 32), calls_per_block=1)
         results.append(PointResult(32, "cpu", {"torch_version": version}, {"inference": op}))
-    rec = records.build(Job(TORCH, None, (point,)), point, results)
+    rec = records.build(Job(TORCH, None, (point,)), read(point, results))
     rec.save(tmp / version)
     tracking.log_record(uri, exp_id, rec, tmp / version)
 

@@ -7,6 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from experiments.common.lines import Parsed, parse
 from experiments.harness import external
+from experiments.measure.reading import read
 from experiments.common.protocol import Point, Request, Setup
 from tests.helpers import ROOT, budget, run, runs
 
@@ -41,7 +42,7 @@ def test_samples_give_the_statistics_and_a_missing_timing_fails_its_point():
                    "SAMPLES\tReference\tmlp_relu\tinference\t2\t0.001,0.002,0.003,0.002,0.002,0.002",
                    "TIMING\tReference\tmlp_relu\tinference\t32\t0.004")
     first, second = external.results(parsed, "Reference", "mlp_relu", REQUEST.points, "cpu")
-    stats = first.ops["inference"].stats
+    stats = read(REQUEST.points[0], [first]).ops["inference"].stats  # the parent's statistics of the runner's samples
     assert stats.n_samples == 6 and stats.median_s == 0.002 and stats.min_s == 0.001
     assert first.device == "cpu (numpy)" and first.environment["runner_reference_device"] == "cpu (numpy)"
     assert second.failure == "the runner printed no TIMING line for Reference mlp_relu training 32"

@@ -43,7 +43,7 @@ def test_hang_times_out_per_point(tmp_path, fake_python, monkeypatch):
 def test_failed_point_becomes_a_failed_record(tmp_path, fake_python, monkeypatch, make_cfg):
     monkeypatch.setenv("FAKE_FAULT", "segv")
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    recs = points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "job")
+    recs = points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "job").records
     assert [r.outcome for r in recs] == ["ok", "failed", "ok", "failed"]
     failed = recs[1]
     assert failed.status == "FAILED" and "SIGSEGV" in failed.tags["failure_reason"]

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import models
+from experiments.common.columns import PARAMS
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
+from experiments.measure.reading import read
 from experiments.store import records
 from tests.helpers import config, ok_op
 
@@ -16,13 +18,17 @@ POINT = Point(32, ("inference", "training"))
 JOB = Job(config("framework=torch", "framework.compile=true"), models.load("lenet"), (POINT,))
 
 
+def build(point: Point, results: list[PointResult]) -> records.Record:
+    return records.build(JOB, read(point, results))
+
+
 def ok_result(ops: dict[str, OpResult]) -> PointResult:
     return PointResult(32, "cpu", ENV, ops)
 
 
 def test_measured_point():
     r = ok_result({"inference": ok_op(0.002, 32, [0.002] * 40), "training": OpResult("skipped", reason="no")})
-    rec = records.build(JOB, POINT, [r])
+    rec = build(POINT, [r])
     assert rec.run_name == "lenet · torch-compile · fp32 · bs32"
     assert rec.outcome == "ok" and rec.status == "FINISHED"
     assert rec.metrics["inference_median_s"] == 0.002 and rec.metrics["inference_n_samples"] == 40
@@ -30,7 +36,7 @@ def test_measured_point():
     assert rec.metrics["inference_calls_per_block"] == 1
     assert not any(k.startswith("training_") for k in rec.metrics)
     assert rec.tags["skip_reason_training"] == "no"
-    assert tuple(rec.params)[:len(records.PARAMS)] == records.PARAMS
+    assert tuple(rec.params)[:len(PARAMS)] == PARAMS
     assert rec.params["batch_size"] == "32" and rec.params["config.batch_size"] == "None"
     assert rec.params["device"] == "cpu" and rec.params["device_requested"] == "auto"
     assert rec.params["config.ops"] == '["inference", "training"]' and rec.params["param_count"] == "44426"
@@ -39,7 +45,7 @@ def test_measured_point():
 
 
 def test_all_ops_skipped_is_a_skipped_run():
-    rec = records.build(JOB, Point(32, ("inference",)),
+    rec = build(Point(32, ("inference",)),
                         [ok_result({"inference": OpResult("skipped", reason="fp16 unsupported here")})])
     assert rec.outcome == "skipped" and rec.status == "FINISHED" and not rec.samples  # KILLED: an interrupt only
     assert rec.tags["outcome"] == "skipped" and rec.tags[records.NOTE] == "skipped: inference fp16 unsupported here"
@@ -47,7 +53,7 @@ def test_all_ops_skipped_is_a_skipped_run():
 
 def test_failed_point_keeps_reason_and_output():
     r = PointResult(8, failure="worker killed by SIGSEGV", stderr_tail="x" * 10_000)
-    rec = records.build(JOB, Point(8, ("inference",)), [r])
+    rec = build(Point(8, ("inference",)), [r])
     assert rec.status == "FAILED" and rec.tags["outcome"] == "failed"
     assert len(rec.tags["failure_reason"]) == records.REASON_CHARS
     assert rec.stderr == "x" * 10_000
@@ -56,7 +62,7 @@ def test_failed_point_keeps_reason_and_output():
 def test_save_and_load_round_trip(tmp_path):
     for i, r in enumerate((ok_result({"inference": ok_op(0.003, 32), "training": OpResult("skipped", reason="r")}),
                            PointResult(32, failure="worker killed by SIGKILL", stderr_tail="tail"))):
-        rec = records.build(JOB, POINT, [r])
+        rec = build(POINT, [r])
         rec.save(tmp_path / str(i))
         assert records.Record.load(tmp_path / str(i)) == rec
     saved = json.loads((tmp_path / "1" / "environment.json").read_text())
@@ -84,7 +90,7 @@ def test_processes_fold_into_one_run_with_derived_metrics():
         results.append(PointResult(32, "cpu", ENV | {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off"},
                                    {"inference": replace(op, flops=2 * 10**9, background_cores=busy,
                                                          peak_mem_bytes=int(median * 1e9))}, peak_tflops=2.0))
-    rec = records.build(JOB, Point(32, ("inference",)), results)
+    rec = build(Point(32, ("inference",)), results)
     m = rec.metrics
     assert m["inference_median_s"] == 0.003 and m["inference_n_samples"] == 18
     assert m["inference_achieved_tflops"] == pytest.approx(2e9 / 0.003 / 1e12)
@@ -99,7 +105,7 @@ def test_processes_fold_into_one_run_with_derived_metrics():
 def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
     ok = ok_result({"inference": ok_op(0.002, 32), "training": OpResult("skipped", reason="r")})
     crashed = PointResult(32, failure="worker killed by SIGSEGV", stderr_tail="segfault here")
-    rec = records.build(JOB, POINT, [ok, crashed, ok])
+    rec = build(POINT, [ok, crashed, ok])
     assert rec.outcome == "failed" and not any(k.startswith(("inference_", "training_")) for k in rec.metrics)
     assert rec.tags["failure_reason"].startswith("worker killed by SIGSEGV (process 2 of 3)")
     assert rec.tags[records.NOTE].startswith("FAILED: worker killed by SIGSEGV (process 2 of 3)")
@@ -122,7 +128,7 @@ def test_numbers_are_metrics_and_identity_is_tags():
     stays a param too, for selections like `compare param_count=44426`."""
     machine = {"cpu_count_logical": 2.0, "cpu_count_physical": 2.0, "memory_total_bytes": 2.5e10, "load_avg_1m": 0.4}
     r = replace(ok_result({"inference": ok_op(0.002, 32)}), machine=machine)
-    rec = records.build(JOB, Point(32, ("inference",)), [r, replace(r, machine=machine | {"load_avg_1m": 1.2}),
+    rec = build(Point(32, ("inference",)), [r, replace(r, machine=machine | {"load_avg_1m": 1.2}),
                                                           replace(r, machine=machine | {"load_avg_1m": 0.8})])
     assert rec.metrics["load_avg_1m"] == 0.8 and rec.metrics["memory_total_bytes"] == 2.5e10  # median of processes
     assert rec.metrics["param_count"] == 44426 and rec.params["param_count"] == "44426"
@@ -135,17 +141,17 @@ def processes(*medians: float) -> list[PointResult]:
 
 def test_processes_that_disagree_threefold_flag_the_point_unstable():
     """Five processes at 0.25-0.75 ms (as the README sweep once read torch LeNet bs2): unstable, with a hint."""
-    rec = records.build(JOB, Point(32, ("inference",)), processes(0.25e-3, 0.4e-3, 0.38e-3, 0.746e-3, 0.3e-3))
+    rec = build(Point(32, ("inference",)), processes(0.25e-3, 0.4e-3, 0.38e-3, 0.746e-3, 0.3e-3))
     assert rec.metrics["inference_process_spread"] == pytest.approx(0.746 / 0.25)
     assert rec.tags["unstable"] == "true" and rec.tags["unstable_ops"] == "inference"
     assert "processes 2.98× apart" in rec.tags["unstable_hint"] and "bench=thorough" in rec.tags["unstable_hint"]
     assert rec.tags[records.NOTE].endswith("UNSTABLE")
-    steady = records.build(JOB, Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
+    steady = build(Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
     assert steady.tags["unstable"] == "false" and "unstable_hint" not in steady.tags
 
 
 def test_the_run_description_is_one_line_with_the_median_and_interval():
-    rec = records.build(JOB, Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
+    rec = build(Point(32, ("inference",)), processes(1.00e-3, 1.02e-3, 0.99e-3, 1.01e-3, 1.00e-3))
     note = rec.tags[records.NOTE]
     assert "\n" not in note and note.startswith("lenet · torch-compile · fp32 · bs32 on cpu: inference 1 ms [")
     assert note.endswith("(median per call and the 95% interval of a re-run, 5 processes)")
@@ -154,16 +160,18 @@ def test_the_run_description_is_one_line_with_the_median_and_interval():
 def test_a_profile_adds_metrics_tags_and_files_and_changes_nothing(tmp_path):
     from experiments.common.protocol import PARTS, OpProfile
 
-    rec = records.build(JOB, POINT, [ok_result({"inference": ok_op(0.002, 32), "training": ok_op(0.004, 32)})])
+    reading = read(POINT, [ok_result({"inference": ok_op(0.002, 32), "training": ok_op(0.004, 32)})])
+    rec = records.build(JOB, reading)
     (tmp_path / "files" / "inference").mkdir(parents=True)
     (tmp_path / "files" / "inference" / "top.md").write_text("# top\n")
     prof = OpProfile(0.003, {"conv": 0.002, "overhead": 0.001}, [0.003] * 5, [], 0.5)
     result = ok_result({"inference": OpResult("ok", profile=prof), "training": OpResult("skipped", reason="gone")})
-    out = records.add_profile(rec, result, tmp_path / "files", tmp_path / "point")
+    out = records.add_profile(rec, reading, result, tmp_path / "files", tmp_path / "point")
     assert {k: out.metrics[k] for k in rec.metrics} == rec.metrics and out.tags["profile"] == "ok"
     assert {f"inference_time_{p}_s" for p in PARTS} <= set(out.metrics) and out.metrics["inference_time_norm_s"] == 0
     assert out.metrics["inference_profile_wall_ratio"] == pytest.approx(1.5)
     assert out.metrics["inference_profile_steps"] == 5 and out.tags["profile_skip_reason_training"] == "gone"
     assert (tmp_path / "point" / "profile" / "inference" / "top.md").exists()
-    failed = records.add_profile(rec, PointResult(32, failure="worker killed by SIGSEGV"), tmp_path, tmp_path)
+    failed = records.add_profile(rec, reading, PointResult(32, failure="worker killed by SIGSEGV"), tmp_path,
+                                 tmp_path)
     assert failed.metrics == rec.metrics and failed.tags["profile"] == "failed"

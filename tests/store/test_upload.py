@@ -10,7 +10,7 @@ from experiments.store.sweepdir import Sweep, SweepState
 def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):
     monkeypatch.setenv("FAKE_FAULT", "segv")
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    recs = points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "multirun" / "0")  # never logged
+    recs = points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "multirun" / "0").records  # not logged
     uri = f"sqlite:///{tmp_path}/store.db"
     exp = tracking.prepare_store(uri, "nnbench")
     parent = tracking.start_parent(uri, exp, "sweep", {})

@@ -12,7 +12,7 @@ def job(make_cfg, *overrides):
 
 def check_cache(this, tmp_path):
     cache = tmp_path / "compile-cache"
-    recs = points.run_job(this, tmp_path / "job", cache=cache)
+    recs = points.run_job(this, tmp_path / "job", cache=cache).records
     (rec,) = recs
     runs = rec.samples["inference"]["processes"]
     assert len(runs) == 3
@@ -36,5 +36,6 @@ def test_torch_compile_loads_what_the_first_process_compiled(tmp_path, make_cfg)
 
 
 def test_no_cache_means_every_process_compiles(tmp_path, make_cfg):
-    recs = points.run_job(job(make_cfg, "framework=jax", "runtime.compile_cache=false"), tmp_path / "job", cache=None)
+    this = job(make_cfg, "framework=jax", "runtime.compile_cache=false")
+    recs = points.run_job(this, tmp_path / "job", cache=None).records
     assert recs[0].metrics["inference_compile_cache_hits"] == 0

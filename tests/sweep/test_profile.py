@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.common.protocol import OpProfile, OpResult, PointResult, ProfiledOp
+from experiments.store import records
 from experiments.sweep import interrupts, points, preflight
 from tests.harness.test_external import TEMPLATE
 from tests.helpers import nnbench, ok_op, run, runs
@@ -55,10 +56,11 @@ def fake_measure(seen: list, profile_fault: str | None = None):
     return measure
 
 
-def test_records_are_saved_before_profiling_and_no_timing_changes(job, tmp_path, monkeypatch):
-    seen, heard = [], []
+def test_records_are_saved_before_profiling_and_no_timing_changes(job, tmp_path, monkeypatch, caplog):
+    seen = []
     monkeypatch.setattr(points.manager, "run", fake_measure(seen))
-    recs = points.run_job(job, tmp_path, lambda *a: heard.append(a))
+    with caplog.at_level("INFO", logger="nnbench"):
+        recs = points.run_job(job, tmp_path).records
     (before,) = seen  # one profiling worker, started once both points were saved
     assert sorted(before) == ["lenet-torch-eager-fp32-bs128", "lenet-torch-eager-fp32-bs32"]
     for rec in recs:
@@ -70,13 +72,14 @@ def test_records_are_saved_before_profiling_and_no_timing_changes(job, tmp_path,
         assert rec.tags["profile"] == "ok"
         assert (tmp_path / "points" / rec.slug / "profile" / "training" / "top.md").exists()
         assert json.loads((tmp_path / "points" / rec.slug / "record.json").read_text())["metrics"] == rec.metrics
-    final = [a for a in heard if a[3] is not None]  # passed on to be logged only once profiled
-    assert [a[1] for a in heard].count(2) == 2 and all(a[1] == 2 and a[3].tags["profile"] == "ok" for a in final)
+    lines = [r.getMessage() for r in caplog.records]  # each point's line comes once it is profiled, with the profile
+    assert sum("process 2 of 2 measured" in m for m in lines) == 2
+    assert sum("training profiled: 1.000 ms (1.00× the median), most in conv (0.700 ms)" in m for m in lines) == 2
 
 
 def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
     monkeypatch.setattr(points.manager, "run", fake_measure([], profile_fault="worker killed by SIGSEGV"))
-    recs = points.run_job(job, tmp_path)
+    recs = points.run_job(job, tmp_path).records
     assert [r.outcome for r in recs] == ["ok", "ok"]
     for rec in recs:
         assert rec.tags["profile"] == "failed" and rec.tags["profile_reason"].startswith("worker killed by SIGSEGV")
@@ -86,10 +89,9 @@ def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
 def test_an_interrupted_profile_keeps_every_point_with_its_timings(job, tmp_path, monkeypatch):
     monkeypatch.setattr(points.manager, "run", fake_measure([], profile_fault="worker killed by SIGKILL"))
     monkeypatch.setattr(interrupts, "pending", lambda: signal.SIGINT)
-    heard = []
     with pytest.raises(interrupts.Interrupted):
-        points.run_job(job, tmp_path, lambda *a: heard.append(a))
-    kept = [a[3] for a in heard if a[3] is not None]
+        points.run_job(job, tmp_path)
+    kept = [records.Record.load(d) for d in sorted((tmp_path / "points").iterdir())]  # each saved as it ends
     assert len(kept) == 2 and {r.tags["profile"] for r in kept} == {"interrupted"}
     assert all("interrupted by SIGINT" in r.tags["profile_reason"] and r.outcome == "ok" for r in kept)
 
@@ -99,7 +101,7 @@ def test_an_external_runner_is_not_profiled_and_says_why(make_cfg, tmp_path):
         "framework=external", "external.name=Reference", f"external.command='{TEMPLATE}'", "model=mlp_relu",
         "batch_size=8", "ops=[inference]", "bench=quick", "profile=true")))
     assert job.workers == 1
-    (rec,) = points.run_job(job, tmp_path)
+    (rec,) = points.run_job(job, tmp_path).records
     assert rec.outcome == "ok" and rec.tags["profile"] == "unavailable"
     assert "nnbench profiles only its own backends" in rec.tags["profile_reason"]
 

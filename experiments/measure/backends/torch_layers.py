@@ -67,6 +67,11 @@ def dense_layout(hwc: tuple[int, ...] | None):
             lambda t: t.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1))
 
 
+# BatchNorm's tensors and their canonical names. torch momentum 0.1 == flax 0.9. torch updates running_var with the
+# unbiased batch variance, flax with the biased one: only the running stats after training differ, not the outputs.
+BATCHNORM_WEIGHTS = (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"), ("running_var", "var"))
+
+
 def _build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], prefix: str = ""):
     """nn.Sequential for a channels-last per-sample `shape`, plus a Link per weight (for canonical grads)."""
     mods: list[nn.Module] = []
@@ -93,20 +98,15 @@ def _build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...],
                     put(m, "bias", p + "bias")
                 shape = tuple((n + 2 * pad - k) // stride + 1 for n in shape[:2]) + (cout,)
             case BatchNorm(c):
-                # torch momentum 0.1 == flax 0.9. torch updates running_var with the unbiased batch variance, flax
-                # with the biased one: only the running stats after training differ, not the outputs in parity.
                 m = (nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d)(c, eps=1e-5, momentum=0.1)
-                for attr, name in (("weight", "scale"), ("bias", "bias"), ("running_mean", "mean"),
-                                   ("running_var", "var")):
+                for attr, name in BATCHNORM_WEIGHTS:
                     put(m, attr, p + name)
             case Act(fn) if fn in ACTS:
                 m = ACTS[fn]()
             case MaxPool(k):
-                m = nn.MaxPool2d(k)
-                shape = (shape[0] // k, shape[1] // k, shape[2])
+                m, shape = nn.MaxPool2d(k), (shape[0] // k, shape[1] // k, shape[2])
             case Flatten():
-                m = nn.Flatten()
-                flat_from, shape = shape, (math.prod(shape),)
+                m, flat_from, shape = nn.Flatten(), shape, (math.prod(shape),)
             case GlobalMeanPool():
                 m, shape = GlobalMeanPool2d(), shape[-1:]
             case Mean():

@@ -1,0 +1,151 @@
+"""A point's reading: the results of its worker processes merged and judged, as typed data, before anything is
+flattened for the store. It owns the merge across processes, the derived FLOP rates and MFU, and the noisy and
+unstable rules with their thresholds and hint. Parent side: it runs where the processes' results meet, on the
+measuring core's statistics (`measure.stats`).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+
+from experiments.common.columns import DERIVED
+from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Stats, metric_fields
+from experiments.measure.flops import achieved_tflops
+from experiments.measure.machine import MachineCheck
+from experiments.measure.peaks import vendor_tflops
+from experiments.measure.stats import summarize
+
+# Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
+# process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
+NOISY_CORES = 0.2
+# An op is flagged unstable=true when a re-run could read far from this one: its re-run interval spans more than
+# UNSTABLE_INTERVAL (high / low: a re-run may read over 1.7× away), or its processes' medians differ by more than
+# UNSTABLE_SPREAD (slowest / fastest). Chosen so the flag separates: on a 2-core VM whose intervals are typically
+# ×2 wide, it marked 1 of the README sweep's 8 points and 24 of seed 000's 100; ×1.5 marked nearly all of them.
+UNSTABLE_INTERVAL = 3.0
+UNSTABLE_SPREAD = 2.0
+
+
+@dataclass(frozen=True)
+class OpReading:
+    """One measured op over the point's processes: the merged result, each process's measurement, what is derived."""
+
+    result: OpResult  # the statistics of every process's samples, each metric() field combined
+    measurements: tuple[Measurement, ...]  # one per process, in the order they ran
+    achieved_tflops: float | None = None  # the op's FLOPs per call over the median
+    mfu: float | None = None  # achieved over the calibrated peak (`Reading.peak_tflops`)
+    mfu_vendor: float | None = None  # achieved over the data-sheet peak of a known GPU
+
+    @property
+    def stats(self) -> Stats:
+        return self.result.stats
+
+    @property
+    def unstable(self) -> bool:
+        """Whether a re-run could read far from this run (the bounds above)."""
+        s = self.stats
+        return s.ci95_high_s / s.ci95_low_s > UNSTABLE_INTERVAL or s.process_spread > UNSTABLE_SPREAD
+
+    def metrics(self) -> dict[str, float]:
+        """The op's numbers by name: the worker's (`OpResult.metrics`), then the derived ones that are known."""
+        derived = {name: getattr(self, name) for name in DERIVED}
+        return self.result.metrics() | {k: v for k, v in derived.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One point as its processes measured it, merged and judged."""
+
+    point: Point
+    processes: int  # results in, failed ones included
+    device: str = "n/a"  # where it ran: the first finished process's
+    environment: dict[str, str] = field(default_factory=dict)  # the first finished process's allow-listed record
+    ops: dict[str, OpReading] = field(default_factory=dict)  # the ops measured, in the point's order
+    skipped: dict[str, str] = field(default_factory=dict)  # op -> why it could not be measured here
+    failure: str | None = None  # why the point failed, and in which process: a fault in any process fails it
+    stderr_tail: str = ""  # that process's last output
+    interrupted: str | None = None  # the signal that stopped the point while it was measured
+    peak_tflops: float | None = None  # what a large matmul sustains here (median over processes)
+    machine: dict[str, float] = field(default_factory=dict)  # the machine's numbers, median over processes
+    noisy: bool = False  # other processes used more than NOISY_CORES while some op was sampled
+    unstable: tuple[str, ...] = ()  # the ops a re-run could read far from
+    hint: str = ""  # what to do about the first unstable op
+
+    @property
+    def outcome(self) -> str:
+        """ok, skipped (nothing could be measured here), failed or interrupted."""
+        if self.interrupted:
+            return "interrupted"
+        return "failed" if self.failure is not None else "ok" if self.ops else "skipped"
+
+    @property
+    def background_cores(self) -> float:
+        """The most cores other processes used while any op of the point was sampled."""
+        return max((o.result.background_cores for o in self.ops.values() if o.result.background_cores is not None),
+                   default=0.0)
+
+
+def read(point: Point, results: list[PointResult], machine: MachineCheck | None = None) -> Reading:
+    """The point from each process's result (or why a process has none). `machine`: the sweep's machine check, for
+    the hint of an unstable point."""
+    ok = [r for r in results if r.failure is None]
+    failed = [r for r in results if r.failure is not None]
+    reading = Reading(point, len(results))
+    if failed:
+        which = f" (process {results.index(failed[0]) + 1} of {len(results)})" if len(results) > 1 else ""
+        reading = replace(reading, failure=f"{failed[0].failure}{which}", stderr_tail=failed[0].stderr_tail)
+    if not ok:
+        return reading
+    env = ok[0].environment
+    peak = statistics.median(r.peak_tflops for r in ok) if ok[0].peak_tflops else None
+    ops, skipped = measured(point, ok, peak, vendor_tflops(env.get("device_name", ""), env.get("precision_policy", "")))
+    keys = sorted(set().union(*(r.machine for r in ok)))
+    reading = replace(reading, device=ok[0].device, environment=env, ops=ops, skipped=skipped, peak_tflops=peak,
+                      machine={k: statistics.median(r.machine[k] for r in ok if k in r.machine) for k in keys})
+    if not ops:
+        return reading
+    noisy = reading.background_cores > NOISY_CORES
+    shaky = tuple(op for op, o in ops.items() if o.unstable)
+    return replace(reading, noisy=noisy, unstable=shaky, hint=hint(shaky[0], ops[shaky[0]], noisy, machine) if shaky
+                   else "")
+
+
+def measured(point: Point, ok: list[PointResult], peak: float | None,
+             vendor: float | None) -> tuple[dict[str, OpReading], dict[str, str]]:
+    """The ops the processes measured, merged, with their FLOP rates; and the skipped ones with their reason."""
+    ops, skipped = {}, {}
+    for op in point.ops:
+        rs = [r.ops[op] for r in ok]
+        if rs[0].status != "ok":
+            skipped[op] = rs[0].reason
+            continue
+        merged = merge(rs, point.batch_size)
+        achieved = achieved_tflops(merged.flops, merged.stats.median_s) if merged.flops is not None else None
+        ops[op] = OpReading(merged, tuple(r.measurement for r in rs), achieved,
+                            achieved / peak if achieved is not None and peak else None,
+                            achieved / vendor if achieved is not None and vendor else None)
+    return ops, skipped
+
+
+def merge(results: list[OpResult], batch: int) -> OpResult:
+    """One op over a point's worker processes: statistics of all their samples, each metric combined (one process
+    keeps the statistics it reported; a runner in another language reports none)."""
+    first = results[0]
+    if first.status != "ok" or (len(results) == 1 and first.stats is not None):
+        return first
+    merged = {f.name: f.metadata["combine"]([getattr(r, f.name) for r in results])
+              for f in metric_fields() if all(getattr(r, f.name) is not None for r in results)}
+    return OpResult("ok", device=first.device, stats=summarize([r.measurement for r in results], batch), **merged)
+
+
+def hint(op: str, o: OpReading, noisy: bool, machine: MachineCheck | None = None) -> str:
+    """What to do about an unstable point, in one line."""
+    s = o.stats
+    apart = f", its processes {s.process_spread:.2f}× apart" if s.process_spread > 1 else ""
+    why = f"{op}: a re-run may read {s.ci95_low_s * 1e3:.4g}–{s.ci95_high_s * 1e3:.4g} ms{apart}"
+    if noisy:
+        return f"{why}; other processes used the CPU meanwhile: measure on a quiet machine"
+    if machine is not None and machine.noisy:
+        return (f"{why}; the machine itself drifts (a fixed loop's windows spread {machine.window_spread:.2f}×): "
+                "measure on a quieter machine, or more processes (bench.processes=10)")
+    return f"{why}; the machine itself may be noisy: try bench=thorough, or more processes (bench.processes=10)"

@@ -1,0 +1,61 @@
+"""A point's reading: its processes merged and judged on typed data (MFU, noisy, unstable), before any flattening."""
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+
+from experiments.common.columns import DERIVED
+from experiments.common.protocol import Measurement, OpResult, Point, PointResult
+from experiments.measure.machine import MachineCheck
+from experiments.measure.reading import NOISY_CORES, OpReading, merge, read
+from tests.helpers import ok_op
+
+POINT = Point(32, ("inference", "training"))
+GPU = {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off"}
+
+
+def process(median: float, busy: float = 0.0, spread: float = 0.01, env: dict | None = None) -> PointResult:
+    op = ok_op(median, 32, list(median * np.linspace(1 - spread, 1 + spread, 40)))
+    ops = {"inference": replace(op, flops=2 * 10**9, background_cores=busy, peak_mem_bytes=int(median * 1e9)),
+           "training": OpResult("skipped", reason="constant weights")}
+    return PointResult(32, "cpu", env or {}, ops, peak_tflops=2.0, machine={"load_avg_1m": median * 1e3})
+
+
+def test_processes_merge_into_one_op_with_its_rates_and_flags():
+    r = read(POINT, [process(0.002, env=GPU), process(0.003, busy=0.5), process(0.004, busy=0.1)])
+    o = r.ops["inference"]
+    assert r.outcome == "ok" and r.processes == 3 and len(o.measurements) == 3 and r.device == "cpu"
+    assert o.stats.median_s == pytest.approx(0.003) and o.stats.n_samples == 120
+    assert o.result.peak_mem_bytes == 4_000_000 and o.result.background_cores == 0.5  # their largest
+    assert o.achieved_tflops == pytest.approx(2e9 / 0.003 / 1e12) and o.mfu == pytest.approx(o.achieved_tflops / 2)
+    assert o.mfu_vendor == pytest.approx(o.achieved_tflops / 989)  # the H200's data-sheet bf16 peak
+    assert r.skipped == {"training": "constant weights"} and r.machine == {"load_avg_1m": 3.0}
+    assert r.noisy and r.background_cores == 0.5 > NOISY_CORES and o.metrics()["mfu"] == o.mfu
+
+
+def test_processes_far_apart_are_unstable_with_a_hint_that_names_the_machine():
+    drifting = MachineCheck(window_sd=0.12, window_spread=1.44, other_cores=0.0, load_avg_1m=1.0, cores=2)
+    r = read(POINT, [process(m) for m in (0.25e-3, 0.4e-3, 0.38e-3, 0.746e-3, 0.3e-3)], drifting)
+    assert r.unstable == ("inference",) and not r.noisy
+    assert r.ops["inference"].stats.process_spread == pytest.approx(0.746 / 0.25, rel=0.02)
+    assert "the machine itself drifts (a fixed loop's windows spread 1.44×)" in r.hint
+    assert read(POINT, [process(m) for m in (1e-3, 1.01e-3, 0.99e-3)]).unstable == ()
+
+
+def test_a_failed_process_fails_the_point_and_keeps_the_others_measurements():
+    crashed = PointResult(32, failure="worker killed by SIGSEGV", stderr_tail="segfault here")
+    r = read(POINT, [process(0.002), crashed, process(0.002)])
+    assert r.outcome == "failed" and r.failure == "worker killed by SIGSEGV (process 2 of 3)"
+    assert r.stderr_tail == "segfault here" and len(r.ops["inference"].measurements) == 2
+    assert read(POINT, [crashed]).failure == "worker killed by SIGSEGV" and read(POINT, [crashed]).device == "n/a"
+
+
+def test_one_process_keeps_its_statistics_and_a_runner_gets_them_from_its_samples():
+    one = ok_op(0.002, 32)
+    assert merge([one], 32) is one
+    runner = OpResult("ok", device="cpu", measurement=Measurement([0.001, 0.002, 0.003], 1, float("nan"), "runner"))
+    assert merge([runner], 32).stats.median_s == 0.002 and merge([runner], 32).stats.n_samples == 3
+
+
+def test_the_derived_metrics_are_named_once():
+    assert tuple(f.name for f in fields(OpReading) if f.name in DERIVED) == DERIVED
