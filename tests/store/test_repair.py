@@ -1,14 +1,14 @@
 """What a failing store leaves behind is repaired, never duplicated: half-logged runs are completed by upload,
-runs a dead sweep left RUNNING are closed by the next sweep, and a sweep dir belongs to one sweep."""
+runs a dead sweep left RUNNING are closed by the next sweep."""
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from experiments import cli
 from experiments.store import repair, tracking
-from experiments.sweep import ending, points, preflight
+from experiments.sweep import points, preflight
 from experiments.store.records import Record
-from experiments.store.sweepdir import MARKER, Sweep, SweepState, SweepTaken
+from experiments.store.sweepdir import MARKER, Sweep, SweepState
 
 
 @pytest.fixture
@@ -76,23 +76,3 @@ def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(
     assert client.get_run(point).info.status == "FAILED" and tracking.INCOMPLETE in client.get_run(point).data.tags
     assert all(client.get_run(r).info.status == "RUNNING" for r in left["alive"])  # its process holds the lock
     assert f"closed 2 run(s) that a failed store left RUNNING in {tmp_path / 'dead'}" in caplog.text
-
-
-def test_a_sweep_dir_belongs_to_one_sweep(tmp_path):
-    state = SweepState("sqlite:///x.db", "1", None, 1, 1, 0.0)
-    Sweep(tmp_path / "s").start(state)
-    assert Sweep(tmp_path / "s").running()
-    with pytest.raises(SweepTaken, match="already holds another sweep"):
-        Sweep(tmp_path / "s").start(state)
-    (tmp_path / "old").mkdir()
-    Sweep(tmp_path / "old").write(state)  # a sweep that ended long ago
-    assert not Sweep(tmp_path / "old").running()
-    with pytest.raises(SweepTaken):
-        Sweep(tmp_path / "old").start(state)
-
-
-def test_the_last_line_counts_every_outcome():
-    o = ending.Outcome(ending.Counter(ok=5, skipped=1, failed=1, interrupted=1), planned=10)
-    assert o.line() == "5 finished, 1 skipped, 1 failed, 1 interrupted, 2 lost"
-    assert o.line(missing_as="not measured").endswith("2 not measured")
-    assert ending.Outcome(ending.Counter(ok=2), planned=2).line() == "2 finished, 0 skipped, 0 failed"

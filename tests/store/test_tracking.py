@@ -1,0 +1,91 @@
+"""The one module that talks to MLflow, on a real sqlite store: a point's run named by its marker before it is
+filled, completed (never logged twice) after a failure, resume's lookup, a parent's description and the UI's links."""
+import pytest
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from experiments.store import tracking
+from experiments.store.records import NOTE, Record
+
+
+def record(key: str = "k1", fingerprint: str = "f1") -> Record:
+    return Record("lenet · jax-jit · fp32 · bs8", "lenet-jax-jit-fp32-bs8", "ok", {"model": "lenet", "batch_size": "8"},
+                  {"inference_median_s": 0.001}, {"outcome": "ok", "point_key": key, "env_fingerprint": fingerprint,
+                                                  NOTE: "one line"})
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    return uri, tracking.open_store(uri, "nnbench")
+
+
+def test_a_run_is_named_by_its_marker_before_it_is_filled(store, tmp_path):
+    uri, exp = store
+    rec, seen = record(), []
+    rec.save(tmp_path / "p")
+
+    def marker(run_id: str) -> None:
+        seen.append((run_id, dict(MlflowClient(uri).get_run(run_id).data.params)))
+
+    run_id = tracking.log_record(uri, exp, rec, tmp_path / "p", on_created=marker)
+    assert seen == [(run_id, {})]  # the marker had the id while the run was still empty
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.info.status == "FINISHED" and tracking.is_complete(run) and run.info.run_name == rec.run_name
+    assert run.data.params == rec.params and run.data.metrics == rec.metrics
+    assert run.data.tags[tracking.POINT_DIR] == str((tmp_path / "p").resolve())
+    names = {a.path for a in MlflowClient(uri).list_artifacts(run_id)}
+    assert {"record.json", "config.yaml", "environment.json"} <= names
+
+
+def test_a_run_no_marker_names_is_discarded(store, tmp_path):
+    uri, exp = store
+    record().save(tmp_path / "p")
+
+    def full_disk(run_id: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        tracking.log_record(uri, exp, record(), tmp_path / "p", on_created=full_disk)
+    (run,) = MlflowClient(uri).search_runs([exp], run_view_type=ViewType.ALL)
+    assert run.info.lifecycle_stage == "deleted" and not tracking.is_complete(run)
+
+
+def test_a_half_logged_run_is_completed_with_what_it_lacks(store, tmp_path):
+    uri, exp = store
+    rec = record()
+    rec.save(tmp_path / "p")
+    client = MlflowClient(uri)
+    run_id = client.create_run(exp, run_name=rec.run_name).info.run_id
+    client.log_param(run_id, "model", "lenet")  # logged before the store failed
+    tracking.set_status(uri, run_id, "FAILED", "logging failed part way")
+    assert not tracking.is_complete(client.get_run(run_id))
+    tracking.fill(uri, run_id, rec, tmp_path / "p", have=client.get_run(run_id).data)
+    run = client.get_run(run_id)
+    assert tracking.is_complete(run) and run.data.params == rec.params and tracking.INCOMPLETE not in run.data.tags
+
+
+def test_resume_finds_finished_points_of_the_same_environment(store, tmp_path):
+    uri, exp = store
+    for key, fingerprint in (("k1", "f1"), ("k2", "f2")):
+        record(key, fingerprint).save(tmp_path / key)
+        tracking.log_record(uri, exp, record(key, fingerprint), tmp_path / key)
+    assert tracking.finished_points(uri, exp, {"k1", "k2", "k3"}, "f1") == {"k1"}
+    assert tracking.finished_points(uri, exp, {"k1", "k2", "k3"}, None) == {"k1", "k2"}
+
+
+def test_a_parent_description_is_cut_at_a_whole_line(store, tmp_path):
+    uri, exp = store
+    parent = tracking.start_parent(uri, exp, "sweep", {"overrides": "model=lenet"})
+    (tmp_path / "report").mkdir()
+    tracking.finish_parent(uri, parent, tmp_path / "report", note="| a row of the table |\n" * 1000)
+    run = MlflowClient(uri).get_run(parent)
+    note = run.data.tags[NOTE]
+    assert len(note) <= tracking.RUN_NOTE_CHARS and note.endswith("_(cut here: the whole table is in report.md)_")
+    assert run.data.tags[tracking.SWEEP] == "true" and tracking.latest_sweep(uri, "nnbench").info.run_id == parent
+
+
+def test_links_open_the_model_training_view():
+    assert tracking.run_link("1", "sqlite:///x.db", "abc") == (
+        "http://127.0.0.1:5000/#/experiments/1/runs/abc?workflowType=machine_learning")
+    assert tracking.run_link("1", "http://server:8080/").startswith("http://server:8080/#/experiments/1/runs?")
