@@ -1,7 +1,8 @@
 """Validate a runner's lines on stdin: `python runners/reference_runner.py ... | nnbench sciml [--strict]`.
 
-Every line must be a TIMING, METADATA or SAMPLES line as seed 000's page (the SciML page) reads them (docs/runners.md); the first
-bad line is quoted with its number, exit 2. `--strict` accepts only what the SciML page itself accepts (no SAMPLES).
+Every line must be a TIMING, METADATA or SAMPLES line as seed 000's page (the SciML page) reads them
+(docs/runners.md); the first bad line is quoted with its number, exit 2. `--strict` accepts only what the SciML
+page itself accepts (no SAMPLES).
 """
 from __future__ import annotations
 
