@@ -24,7 +24,7 @@ from experiments.common.job import Job
 from experiments.common.protocol import Point, PointResult
 from experiments.store import records, uris
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, points, preflight, state as states
+from experiments.sweep import commandline, ending, interrupts, points, preflight, requeue, state as states
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -32,13 +32,18 @@ FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be sav
 
 def run(cfg: DictConfig) -> None:
     start, hc = time.perf_counter(), HydraConfig.get()
-    interrupts.install()  # again in a launcher's process, where the entry point's handlers are not
+    interrupts.install(*requeue.signals())  # again in a launcher's process, where the entry point's handlers are not
     logging.raiseExceptions = False  # a full disk: no traceback per log line from Hydra's log file handler
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    in_launcher = multirun and states.ACTIVE is None  # a launcher's process (joblib, submitit, SLURM)
+    if in_launcher:
+        interrupts.defer()  # a signal while the job starts waits for its first checkpoint, below
     sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
     c = preflight.as_dict(cfg)
     try:
         this, state = prepare(c, multirun, sweep, out)
+        if multirun:
+            this = requeue.again(this, state, out)  # SLURM runs a requeued job from its start
     except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
         why = str(e) if isinstance(e, (BadInput, SweepTaken)) else first_line(e)
         if not multirun:
@@ -54,6 +59,10 @@ def run(cfg: DictConfig) -> None:
             interrupts.checkpoint()  # a point's record comes after its last process
             return
         if interrupts.pending() and (rec is None or rec.outcome == "failed"):  # the signal stopped the worker
+            if in_launcher and requeue.runs_again(interrupts.pending()):  # the job's next run measures it
+                if directory is not None:
+                    requeue.forget(directory)
+                raise interrupts.Interrupted(interrupts.pending())
             rec = interrupted(rec or records.build(this, point, [result]), interrupts.pending())
             directory = out / "points" / rec.slug
             rec.save(directory)
@@ -83,8 +92,14 @@ def run(cfg: DictConfig) -> None:
         log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, profiling, times.fixed_s, times.points)
     except interrupts.Interrupted as e:
-        if not multirun or states.ACTIVE is not None:
+        if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
+        if requeue.runs_again(e.signum):
+            why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
+            fail_the_rest(this, state, out, f"the SLURM job reached its time limit (hydra.launcher.timeout_min="
+                          f"{hc.launcher.get('timeout_min')}) before this point was measured, and was not requeued "
+                          f"({why}): raise hydra.launcher.timeout_min or hydra.launcher.max_num_timeout")
+            return
         log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
         return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
     except OSError as e:
@@ -125,6 +140,18 @@ def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
     except Exception as e:  # the record is on disk already; the sweep goes on
         log.error("could not log %s to %s (%s); it is kept in %s: log it later with `nnbench upload %s`",
                   rec.run_name, state.uri, first_line(e), directory, directory)
+
+
+def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:
+    """A job stopped for good before all its points were measured: each of the rest becomes a FAILED run with
+    `reason`, so the sweep ends with every point once."""
+    done = requeue.saved(this, out)
+    for point in [p for p in this.points if p.batch_size not in done]:
+        rec = records.build(this, point, [PointResult(point.batch_size, failure=reason)])
+        directory = out / "points" / rec.slug
+        rec.save(directory)
+        log.info("%s: FAILED: %s", rec.run_name, reason)
+        log_point(state, rec, directory)
 
 
 def tick(sweep: Sweep) -> str:
