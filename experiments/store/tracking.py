@@ -76,6 +76,25 @@ class StoreUnavailable(Exception):
     """The store can't be opened; the message says where and what to do."""
 
 
+UPLOAD_COMPLETES = "nnbench upload completes this run"  # the end of an INCOMPLETE tag: why, then the repair
+
+
+def artifacts_failed(uri: str, e: Exception) -> str:
+    """Why a run's artifacts are not in the store, in a few words. A tracking server that took the run's params
+    and metrics but not its files answers with HTTP 500 (its artifact destination full or read-only, while its
+    database answers); the client only sees the failed upload, retried until the server reset the connection."""
+    if uri.startswith(("http://", "https://")):
+        return (f"the tracking server at {uri} took the runs but not their artifacts: its artifact destination may "
+                "be full or read-only")
+    return f"the store's artifacts could not be written ({first_line(e)})"
+
+
+def incomplete_reason(run: Run) -> str | None:
+    """Why a run's data is not all in the store, as its INCOMPLETE tag says."""
+    why = run.data.tags.get(INCOMPLETE)
+    return why.split("; nnbench upload")[0] if why else None
+
+
 @contextlib.contextmanager
 def creation_lock(uri: str):
     """One process at a time creates or migrates a sqlite store: parallel creation races in the schema migration
@@ -195,14 +214,24 @@ def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str
                     shutil.copy2(f, tmp)
                 elif f.is_dir():  # profile/<op>/: a profile's files
                     shutil.copytree(f, Path(tmp) / f.name)
-            client.log_artifacts(run_id, tmp)
+            log_artifacts(client, uri, run_id, tmp)
         if have and INCOMPLETE in have.tags:
             client.delete_tag(run_id, INCOMPLETE)
-    except Exception:
-        set_status(uri, run_id, "FAILED", "logging failed part way: nnbench upload "
-                   "completes this run", quiet=True)
+    except Exception as e:
+        set_status(uri, run_id, "FAILED", f"{first_line(e)}; {UPLOAD_COMPLETES}", quiet=True)
         raise
     client.set_terminated(run_id, rec.status)
+
+
+class ArtifactsNotStored(Exception):
+    """The store took a run's data but not its files."""
+
+
+def log_artifacts(client: MlflowClient, uri: str, run_id: str, directory: str) -> None:
+    try:
+        client.log_artifacts(run_id, directory)
+    except Exception as e:
+        raise ArtifactsNotStored(artifacts_failed(uri, e)) from None
 
 
 def set_status(uri: str, run_id: str, status: str, incomplete: str | None = None, quiet: bool = False) -> None:
@@ -241,10 +270,6 @@ def is_complete(run: Run | None) -> bool:
     """Closed with all its data: not RUNNING, not marked incomplete, not deleted."""
     return (run is not None and run.info.status in TERMINAL and INCOMPLETE not in run.data.tags
             and run.info.lifecycle_stage == "active")
-
-
-def complete_runs(uri: str, run_ids: list[str]) -> set[str]:
-    return {run_id for run_id, run in get_runs(uri, run_ids).items() if is_complete(run)}
 
 
 def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
@@ -291,9 +316,15 @@ def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHE
     if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
         note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
-                     tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
-    client.log_artifacts(run_id, str(artifacts))
+    try:
+        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
+                         tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
+        log_artifacts(client, uri, run_id, str(artifacts))
+        if INCOMPLETE in client.get_run(run_id).data.tags:  # an earlier close failed part way
+            client.delete_tag(run_id, INCOMPLETE)
+    except Exception as e:  # never left RUNNING: upload closes it again
+        set_status(uri, run_id, "FAILED", f"{first_line(e)}; nnbench upload completes this sweep", quiet=True)
+        raise
     client.set_terminated(run_id, status)
 
 
