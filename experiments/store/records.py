@@ -39,6 +39,11 @@ UNSTABLE_SPREAD = 2.0
 NOTE = "mlflow.note.content"  # a run's description, which the MLflow UI renders as Markdown
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")  # per op, from flops, the median and the peaks
 META = "record.json"
+# The layout of what a point's run holds, tagged on every run (FORMAT_TAG) so that a store written by an older
+# nnbench is read as this one writes (store.tracking.upgraded). 2: machine numbers and the parameter count are
+# metrics, a skipped point is FINISHED. Runs without the tag were written before it existed (format 1: machine
+# numbers as tags, a skipped point KILLED; or already format 2).
+FORMAT, FORMAT_TAG = 2, "nnbench.format"
 PROFILE = "profile"  # a point's profile files: profile/<op>/ in its dir and among its run's artifacts
 
 
@@ -118,7 +123,7 @@ def build(job: Job, point: Point, results: list[PointResult], machine: MachineCh
         tags["failure_reason"] = f"{failed[0].failure}{which}\n{failed[0].stderr_tail}"[-REASON_CHARS:]
     else:
         outcome = "ok" if samples else "skipped"
-    tags["outcome"] = outcome
+    tags["outcome"], tags[FORMAT_TAG] = outcome, str(FORMAT)
     metrics |= {"param_count": float(params["param_count"])} | machine_numbers(ok)
     spec = f" · {env['env_spec']}" if "env_spec" in env else ""  # an environment of `nnbench versions`
     rec = Record(run_name=run_name(job, point) + spec, slug=f"{model}-{run_mode}-{prec}-bs{bs}", outcome=outcome,

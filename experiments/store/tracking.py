@@ -30,12 +30,13 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 import logging  # noqa: E402
 
 import mlflow  # noqa: E402
+import pandas as pd  # noqa: E402  (mlflow imports it already)
 import mlflow.store.db.utils  # noqa: E402
 from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from experiments.common.errors import first_line  # noqa: E402
-from experiments.store.records import NOTE, Record  # noqa: E402
+from experiments.store.records import FORMAT_TAG, NOTE, Record  # noqa: E402
 from experiments.store.sweepdir import MARKER  # noqa: E402
 from experiments.store.uris import DEFAULT_URI, UI_PORT, sqlite_path  # noqa: E402
 
@@ -328,11 +329,34 @@ def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHE
     client.set_terminated(run_id, status)
 
 
+# What format-1 runs (records.FORMAT) kept as tags and format 2 keeps as metrics: the host's numbers.
+FORMER_TAGS = ("cpu_count_logical", "cpu_count_physical", "cpu_affinity", "memory_total_bytes", "load_avg_1m")
+
+
+def upgraded(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs (`mlflow.search_runs` rows) as this nnbench writes them: those of an older record format are migrated on
+    read, so that every command reads old and new runs alike. Format 1 (no FORMAT_TAG): the machine numbers and the
+    parameter count become metrics, and a skipped point FINISHED."""
+    if "params.model" not in runs:
+        return runs
+    old = runs[f"tags.{FORMAT_TAG}"].isna() if f"tags.{FORMAT_TAG}" in runs else pd.Series(True, index=runs.index)
+    if not old.any():
+        return runs
+    runs = runs.copy()
+    for key, source in [(k, f"tags.{k}") for k in FORMER_TAGS] + [("param_count", "params.param_count")]:
+        if source in runs:
+            have = runs.get(f"metrics.{key}", pd.Series(float("nan"), index=runs.index))
+            runs[f"metrics.{key}"] = have.mask(old & have.isna(), pd.to_numeric(runs[source], errors="coerce"))
+    if "tags.outcome" in runs:
+        runs.loc[old & (runs["tags.outcome"] == "skipped") & (runs["status"] == "KILLED"), "status"] = "FINISHED"
+    return runs
+
+
 def children(uri: str, experiment_id: str, parent_run_id: str):
     """A sweep's point runs, as a pandas DataFrame (one row per run)."""
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId = "
-                              f"'{parent_run_id}'", output_format="pandas", max_results=50_000)
+    return upgraded(mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId = "
+                                       f"'{parent_run_id}'", output_format="pandas", max_results=50_000))
 
 
 def ui_base(uri: str, port: int = UI_PORT) -> str:
@@ -366,8 +390,8 @@ def search(uri: str, experiment_name: str, filter_string: str = ""):
         exp = MlflowClient(uri).get_experiment_by_name(experiment_name)
     if exp is None:
         raise LookupError(f"no experiment {experiment_name!r} in {uri}")
-    return mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
-                              output_format="pandas", max_results=50_000)
+    return upgraded(mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
+                                       output_format="pandas", max_results=50_000))
 
 
 def load_samples(uri: str, run_id: str) -> dict:

@@ -12,13 +12,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import fake_interpreter
 from tests.helpers.faults import launch, wait_for
 from tests.sweep.test_faults import assert_once_each_and_closed
 
@@ -31,10 +30,7 @@ LENET, MLP = [2, 8, 32, 128], [2, 8, 32, 128, 512, 2048]  # their inference batc
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory) -> str:
     """The fake worker as `runtime.python`, for every job of the module (the nodes share this disk)."""
-    path = tmp_path_factory.mktemp("fake") / "fake-python"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
-    path.chmod(0o755)
-    return str(path)
+    return fake_interpreter(tmp_path_factory.mktemp("fake"))
 
 
 def saved(cwd: Path, job: int) -> int:
