@@ -48,6 +48,7 @@ mlflow.store.db.utils.MAX_RETRY_COUNT = 3
 logging.getLogger("alembic").setLevel(logging.WARNING)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 POINT_DIR, INCOMPLETE = "nnbench.point_dir", "nnbench.incomplete"  # tags: where a run's point is, why it's unfinished
+UPLOAD_COMPLETES = "nnbench upload completes this run"  # how an INCOMPLETE tag ends: why, then the repair
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 SWEEP = "nnbench.sweep"  # tags a sweep's parent run
 # The tags `mlflow.start_run` adds from MLflow's context registry, which `MlflowClient.create_run` does not: the UI's
@@ -75,9 +76,6 @@ doesn't have), FAILED a fault (`failure_reason`), KILLED an interrupt."""
 
 class StoreUnavailable(Exception):
     """The store can't be opened; the message says where and what to do."""
-
-
-UPLOAD_COMPLETES = "nnbench upload completes this run"  # the end of an INCOMPLETE tag: why, then the repair
 
 
 def artifacts_failed(uri: str, e: Exception) -> str:
