@@ -2,13 +2,12 @@
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments.common.config import register
-from tests.helpers import ROOT, unavailable
+from tests.helpers import ROOT, fake_interpreter, unavailable
 
 register()
 
@@ -25,10 +24,7 @@ def make_cfg():
 @pytest.fixture
 def fake_python(tmp_path):
     """An executable that stands in for a venv's python and runs tests/helpers/fake_worker.py (FAKE_FAULT)."""
-    path = tmp_path / "fake-python"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
-    path.chmod(0o755)
-    return str(path)
+    return fake_interpreter(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,11 @@ STATUS = {"ok": "FINISHED", "skipped": "FINISHED", "failed": "FAILED", "interrup
 REASON_CHARS = 4000  # well under MLflow's tag value limit
 NOTE = "mlflow.note.content"  # a run's description, which the MLflow UI renders as Markdown
 META = "record.json"
+# The layout of what a point's run holds, tagged on every run (FORMAT_TAG) so that a store written by an older
+# nnbench is read as this one writes (store.tracking.upgraded). 2: machine numbers and the parameter count are
+# metrics, a skipped point is FINISHED. Runs without the tag were written before it existed (format 1: machine
+# numbers as tags, a skipped point KILLED; or already format 2).
+FORMAT, FORMAT_TAG = 2, "nnbench.format"
 PROFILE = "profile"  # a point's profile files: profile/<op>/ in its dir and among its run's artifacts
 
 
@@ -93,7 +98,7 @@ def build(job: Job, reading: Reading) -> Record:
     assert tuple(params) == PARAMS
     params |= flatten(config, "config.") | spec_versions(env)  # an environment of `nnbench versions`: its versions
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
-            "point_key": point_key(job, point)} | judged(reading)
+            "point_key": point_key(job, point), FORMAT_TAG: str(FORMAT)} | judged(reading)
     measured = reading.outcome in ("ok", "skipped")
     metrics = op_metrics(reading) if measured else {}
     metrics |= {"param_count": float(params["param_count"])} | reading.machine

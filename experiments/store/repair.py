@@ -61,7 +61,7 @@ def close_stale(uri: str, experiment_id: str) -> None:
             sweep = Sweep.above(Path(tags[tracking.POINT_DIR]))
             if sweep is None or sweep.running():
                 continue
-            tracking.set_status(uri, run_id, "FAILED", f"left RUNNING by a store failure: nnbench upload "
+            tracking.set_status(uri, run_id, "FAILED", f"left RUNNING by a store failure; nnbench upload "
                                 f"{sweep.directory} completes it")
         else:
             continue

@@ -30,12 +30,13 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 import logging  # noqa: E402
 
 import mlflow  # noqa: E402
+import pandas as pd  # noqa: E402  (mlflow imports it already)
 import mlflow.store.db.utils  # noqa: E402
 from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from experiments.common.errors import first_line  # noqa: E402
-from experiments.store.records import NOTE, Record  # noqa: E402
+from experiments.store.records import FORMAT_TAG, NOTE, Record  # noqa: E402
 from experiments.store.sweepdir import MARKER  # noqa: E402
 from experiments.store.uris import DEFAULT_URI, UI_PORT, sqlite_path  # noqa: E402
 
@@ -47,6 +48,7 @@ mlflow.store.db.utils.MAX_RETRY_COUNT = 3
 logging.getLogger("alembic").setLevel(logging.WARNING)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 POINT_DIR, INCOMPLETE = "nnbench.point_dir", "nnbench.incomplete"  # tags: where a run's point is, why it's unfinished
+UPLOAD_COMPLETES = "nnbench upload completes this run"  # how an INCOMPLETE tag ends: why, then the repair
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 SWEEP = "nnbench.sweep"  # tags a sweep's parent run
 # The tags `mlflow.start_run` adds from MLflow's context registry, which `MlflowClient.create_run` does not: the UI's
@@ -74,6 +76,22 @@ doesn't have), FAILED a fault (`failure_reason`), KILLED an interrupt."""
 
 class StoreUnavailable(Exception):
     """The store can't be opened; the message says where and what to do."""
+
+
+def artifacts_failed(uri: str, e: Exception) -> str:
+    """Why a run's artifacts are not in the store, in a few words. A tracking server that took the run's params
+    and metrics but not its files answers with HTTP 500 (its artifact destination full or read-only, while its
+    database answers); the client only sees the failed upload, retried until the server reset the connection."""
+    if uri.startswith(("http://", "https://")):
+        return (f"the tracking server at {uri} took the runs but not their artifacts: its artifact destination may "
+                "be full or read-only")
+    return f"the store's artifacts could not be written ({first_line(e)})"
+
+
+def incomplete_reason(run: Run) -> str | None:
+    """Why a run's data is not all in the store, as its INCOMPLETE tag says."""
+    why = run.data.tags.get(INCOMPLETE)
+    return why.split("; nnbench upload")[0] if why else None
 
 
 @contextlib.contextmanager
@@ -195,26 +213,39 @@ def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str
                     shutil.copy2(f, tmp)
                 elif f.is_dir():  # profile/<op>/: a profile's files
                     shutil.copytree(f, Path(tmp) / f.name)
-            client.log_artifacts(run_id, tmp)
+            log_artifacts(client, uri, run_id, tmp)
         if have and INCOMPLETE in have.tags:
             client.delete_tag(run_id, INCOMPLETE)
-    except Exception:
-        set_status(uri, run_id, "FAILED", "logging failed part way: nnbench upload "
-                   "completes this run", quiet=True)
+    except Exception as e:
+        set_status(uri, run_id, "FAILED", f"{first_line(e)}; {UPLOAD_COMPLETES}", quiet=True)
         raise
     client.set_terminated(run_id, rec.status)
 
 
-def set_status(uri: str, run_id: str, status: str, incomplete: str | None = None, quiet: bool = False) -> None:
-    """Close a run; `incomplete` says why its data is not all there (upload completes such runs)."""
+class ArtifactsNotStored(Exception):
+    """The store took a run's data but not its files."""
+
+
+def log_artifacts(client: MlflowClient, uri: str, run_id: str, directory: str) -> None:
     try:
-        client = MlflowClient(uri)
-        if incomplete:
-            client.set_tag(run_id, INCOMPLETE, incomplete)
-        client.set_terminated(run_id, status)
-    except Exception:
-        if not quiet:
-            raise
+        client.log_artifacts(run_id, directory)
+    except Exception as e:
+        raise ArtifactsNotStored(artifacts_failed(uri, e)) from None
+
+
+def set_status(uri: str, run_id: str, status: str, incomplete: str | None = None, quiet: bool = False) -> None:
+    """Close a run; `incomplete` says why its data is not all there (upload completes such runs). Tried twice: after
+    a server reset the connection of a failed upload, the next request on its pooled connection fails once."""
+    for attempt in (1, 2):
+        try:
+            client = MlflowClient(uri)
+            if incomplete:
+                client.set_tag(run_id, INCOMPLETE, incomplete)
+            client.set_terminated(run_id, status)
+            return
+        except Exception:
+            if attempt == 2 and not quiet:
+                raise
 
 
 def discard(uri: str, run_id: str) -> None:
@@ -241,10 +272,6 @@ def is_complete(run: Run | None) -> bool:
     """Closed with all its data: not RUNNING, not marked incomplete, not deleted."""
     return (run is not None and run.info.status in TERMINAL and INCOMPLETE not in run.data.tags
             and run.info.lifecycle_stage == "active")
-
-
-def complete_runs(uri: str, run_ids: list[str]) -> set[str]:
-    return {run_id for run_id, run in get_runs(uri, run_ids).items() if is_complete(run)}
 
 
 def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
@@ -291,17 +318,46 @@ def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHE
     if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
         note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
-                     tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
-    client.log_artifacts(run_id, str(artifacts))
+    try:
+        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
+                         tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
+        log_artifacts(client, uri, run_id, str(artifacts))
+        if INCOMPLETE in client.get_run(run_id).data.tags:  # an earlier close failed part way
+            client.delete_tag(run_id, INCOMPLETE)
+    except Exception as e:  # never left RUNNING: upload closes it again
+        set_status(uri, run_id, "FAILED", f"{first_line(e)}; nnbench upload completes this sweep", quiet=True)
+        raise
     client.set_terminated(run_id, status)
+
+
+# What format-1 runs (records.FORMAT) kept as tags and format 2 keeps as metrics: the host's numbers.
+FORMER_TAGS = ("cpu_count_logical", "cpu_count_physical", "cpu_affinity", "memory_total_bytes", "load_avg_1m")
+
+
+def upgraded(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs (`mlflow.search_runs` rows) as this nnbench writes them: those of an older record format are migrated on
+    read, so that every command reads old and new runs alike. Format 1 (no FORMAT_TAG): the machine numbers and the
+    parameter count become metrics, and a skipped point FINISHED."""
+    if "params.model" not in runs:
+        return runs
+    old = runs[f"tags.{FORMAT_TAG}"].isna() if f"tags.{FORMAT_TAG}" in runs else pd.Series(True, index=runs.index)
+    if not old.any():
+        return runs
+    runs = runs.copy()
+    for key, source in [(k, f"tags.{k}") for k in FORMER_TAGS] + [("param_count", "params.param_count")]:
+        if source in runs:
+            have = runs.get(f"metrics.{key}", pd.Series(float("nan"), index=runs.index))
+            runs[f"metrics.{key}"] = have.mask(old & have.isna(), pd.to_numeric(runs[source], errors="coerce"))
+    if "tags.outcome" in runs:
+        runs.loc[old & (runs["tags.outcome"] == "skipped") & (runs["status"] == "KILLED"), "status"] = "FINISHED"
+    return runs
 
 
 def children(uri: str, experiment_id: str, parent_run_id: str):
     """A sweep's point runs, as a pandas DataFrame (one row per run)."""
     mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId = "
-                              f"'{parent_run_id}'", output_format="pandas", max_results=50_000)
+    return upgraded(mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId = "
+                                       f"'{parent_run_id}'", output_format="pandas", max_results=50_000))
 
 
 def ui_base(uri: str, port: int = UI_PORT) -> str:
@@ -335,8 +391,8 @@ def search(uri: str, experiment_name: str, filter_string: str = ""):
         exp = MlflowClient(uri).get_experiment_by_name(experiment_name)
     if exp is None:
         raise LookupError(f"no experiment {experiment_name!r} in {uri}")
-    return mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
-                              output_format="pandas", max_results=50_000)
+    return upgraded(mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
+                                       output_format="pandas", max_results=50_000))
 
 
 def load_samples(uri: str, run_id: str) -> dict:

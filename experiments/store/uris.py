@@ -6,9 +6,13 @@ warnings), so a store is validated here, before anything runs.
 """
 from __future__ import annotations
 
+import base64
+import configparser
 import os
 import sqlite3
 import tempfile
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +44,9 @@ def validate(tracking_uri: str | None, experiment_name: str) -> str:
     if scheme == "sqlite":
         validate_sqlite(uri)
     elif scheme in ("http", "https"):
+        if urllib.parse.urlsplit(uri).password is not None:
+            raise BadInput("the tracking URI holds a password, which every run would record: put the user and password "
+                           "in MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or in ~/.mlflow/credentials")
         validate_server(uri)
     elif scheme not in DATABASES and uri != "databricks":
         raise BadInput(f"unsupported store {uri!r}: use sqlite:///PATH.db, http(s)://HOST:PORT or a database URI "
@@ -74,9 +81,37 @@ def validate_sqlite(uri: str) -> None:
 
 
 def validate_server(uri: str) -> None:
+    """The server answers, and takes this user where it asks for one (MLflow's basic-auth app: HTTP 401 or 403)."""
     try:
         urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=TIMEOUT_S).close()
     except Exception as e:
         reason = getattr(e, "reason", None) or e
         raise BadInput(f"cannot open the MLflow store at {uri} ({reason}): start the tracking server, or point "
                        "mlflow.tracking_uri / MLFLOW_TRACKING_URI at a reachable store") from None
+    user, password = credentials()
+    ask = urllib.request.Request(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1")
+    if user is not None and password is not None:
+        ask.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        urllib.request.urlopen(ask, timeout=TIMEOUT_S).close()
+    except urllib.error.HTTPError as e:
+        who = f"user {user!r} and its password" if user and password else "a sweep without credentials"
+        if e.code == 401:
+            raise BadInput(f"the MLflow server at {uri} refuses {who} (HTTP 401): set MLFLOW_TRACKING_USERNAME and "
+                           "MLFLOW_TRACKING_PASSWORD, or ~/.mlflow/credentials, to a user of that server") from None
+        if e.code == 403:
+            raise BadInput(f"the MLflow server at {uri} does not let {who} read its experiments (HTTP 403): ask its "
+                           "admin for permission") from None
+    except OSError:  # an answer that is no HTTP error: MLflow meets it again, and says so, when the sweep opens it
+        pass
+
+
+def credentials() -> tuple[str | None, str | None]:
+    """A tracking server's user and password as MLflow reads them (mlflow.utils.credentials, read here without
+    importing MLflow): each from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, else from the [mlflow]
+    section of ~/.mlflow/credentials."""
+    saved = configparser.ConfigParser()
+    saved.read(Path("~/.mlflow/credentials").expanduser())
+    section = saved["mlflow"] if saved.has_section("mlflow") else {}
+    return (os.environ.get("MLFLOW_TRACKING_USERNAME") or section.get("mlflow_tracking_username"),
+            os.environ.get("MLFLOW_TRACKING_PASSWORD") or section.get("mlflow_tracking_password"))

@@ -34,6 +34,7 @@ class Outcome:
     not_logged: list[Path] = field(default_factory=list)
     planned: int | None = None
     store_error: str | None = None  # the store could not be asked which points it holds
+    why_not_logged: str | None = None  # what the store said of a run it holds half-logged
     resumed: int = 0  # points resume=true found FINISHED in the store, and skipped
 
     @property
@@ -54,7 +55,8 @@ class Outcome:
         c = self.counts
         out = f"{c['ok']} finished, {c['skipped']} skipped, {c['failed']} failed"
         out += f", {c['interrupted']} interrupted" if c["interrupted"] else ""
-        out += f", {len(self.not_logged)} not logged" if self.not_logged else ""
+        why = f" ({self.why_not_logged})" if self.why_not_logged else ""
+        out += f", {len(self.not_logged)} not logged{why}" if self.not_logged else ""
         out += f", {self.resumed} already in the store (resume)" if self.resumed else ""
         return out + (f", {self.missing} {missing_as}" if self.missing else "")
 
@@ -68,8 +70,9 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
                   resumed=sum(map(len, state.resumed.values())))
     markers = {d: (d / MARKER).read_text().strip() for d in dirs if (d / MARKER).exists()}
     try:
-        done = tracking.complete_runs(state.uri, list(markers.values()))
-        out.not_logged = [d for d in dirs if markers.get(d) not in done]
+        found = tracking.get_runs(state.uri, list(markers.values()))
+        out.not_logged = [d for d in dirs if not tracking.is_complete(found.get(markers.get(d)))]
+        out.why_not_logged = next((why for r in found.values() if r and (why := tracking.incomplete_reason(r))), None)
     except Exception as e:
         out.store_error = f"could not ask the store at {state.uri} which of them it holds ({first_line(e)})"
     return out
@@ -122,7 +125,9 @@ def finish(sweep: Sweep, baseline: str) -> int:
             print(f"the sweep's answer{where}: {tracking.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
             print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
         except Exception as e:  # every point is on disk already; upload makes the report later
-            problem, complete = f"could not finish the sweep's report and parent run ({first_line(e)})", False
+            why, complete = first_line(e), False
+            problem = ("the sweep's report is not in the store either" if why == o.why_not_logged else
+                       f"could not finish the sweep's report and parent run ({why})")
     sweep.end("finished" if complete else "incomplete")
     if complete:
         print(o.line())

@@ -39,10 +39,11 @@ class Aborted(Stop):
     """Something no later point can survive (a full disk): the sweep stops, and says so in one line."""
 
 
-def install() -> None:
-    """Handle SIGINT and SIGTERM here (only the main thread of a process can)."""
+def install(*also: int) -> None:
+    """Handle SIGINT and SIGTERM here (only the main thread of a process can), and the signals `also` names (a
+    scheduler's warning before a time limit)."""
     if threading.current_thread() is threading.main_thread():
-        for s in SIGNALS:
+        for s in (*SIGNALS, *also):
             signal.signal(s, _handle)
 
 

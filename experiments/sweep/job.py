@@ -19,9 +19,11 @@ from omegaconf import DictConfig
 
 from experiments.common.errors import BadInput, fail, first_line
 from experiments.common.job import Job
-from experiments.store import uris
+from experiments.common.protocol import PointResult
+from experiments.measure.reading import read
+from experiments.store import records, uris
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, opening, points, preflight
+from experiments.sweep import commandline, ending, interrupts, opening, points, preflight, requeue
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -29,12 +31,17 @@ FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be sav
 
 def run(cfg: DictConfig) -> None:
     start, hc = time.perf_counter(), HydraConfig.get()
-    interrupts.install()  # again in a launcher's process, where the entry point's handlers are not
+    interrupts.install(*requeue.signals())  # again in a launcher's process, where the entry point's handlers are not
     logging.raiseExceptions = False  # a full disk: no traceback per log line from Hydra's log file handler
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    in_launcher = multirun and opening.ACTIVE is None  # a launcher's process (joblib, submitit, SLURM)
+    if in_launcher:
+        interrupts.defer()  # a signal while the job starts waits for its first checkpoint, below
     sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
     try:
         this, state = prepare(cfg, multirun, sweep, out)
+        if multirun:
+            this = requeue.again(this, state, out)  # SLURM runs a requeued job from its start
     except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
         why = str(e) if isinstance(e, (BadInput, SweepTaken)) else first_line(e)
         if not multirun:
@@ -45,15 +52,21 @@ def run(cfg: DictConfig) -> None:
         with interrupts.graceful():
             interrupts.checkpoint()
             kept = points.run_job(this, out, state, sweep, sweep.directory / PEAKS,
-                                  state.compile_cache(sweep.directory, this), state.machine)
+                                  state.compile_cache(sweep.directory, this), state.machine, in_launcher)
         times = kept.times(time.perf_counter() - start)
         (out / points.TIMES).write_text(times.to_json())
         profiling = f", {times.profiling_s:.2f} s profiling" if this.config.profile else ""
         log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
                  times.measuring_s, profiling, times.fixed_s, times.points)
     except interrupts.Interrupted as e:
-        if not multirun or opening.ACTIVE is not None:
+        if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
+        if requeue.runs_again(e.signum):
+            why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
+            fail_the_rest(this, state, out, f"the SLURM job reached its time limit (hydra.launcher.timeout_min="
+                          f"{hc.launcher.get('timeout_min')}) before this point was measured, and was not requeued "
+                          f"({why}): raise hydra.launcher.timeout_min or hydra.launcher.max_num_timeout")
+            return
         log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
         return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
     except OSError as e:
@@ -77,3 +90,15 @@ def prepare(cfg: DictConfig, multirun: bool, sweep: Sweep, out: Path) -> tuple[J
     uri = validated.uri if validated else uris.validate(c.mlflow.tracking_uri, c.mlflow.experiment_name)
     state = opening.open_sweep(out, [this], uri, c.mlflow.experiment_name)
     return state.todo(this, 0), state
+
+
+def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:
+    """A job stopped for good before all its points were measured: each of the rest becomes a FAILED run with
+    `reason`, so the sweep ends with every point once."""
+    done = requeue.saved(this, out)
+    for point in [p for p in this.points if p.batch_size not in done]:
+        rec = records.build(this, read(point, [PointResult(point.batch_size, failure=reason)]))
+        directory = out / "points" / rec.slug
+        rec.save(directory)
+        log.info("%s: FAILED: %s", rec.run_name, reason)
+        points.log_point(state, rec, directory)

@@ -27,7 +27,7 @@ from experiments.measure.machine import MachineCheck, prior
 from experiments.measure.reading import Reading, read
 from experiments.store import records
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
-from experiments.sweep import interrupts
+from experiments.sweep import interrupts, requeue
 
 log = logging.getLogger("nnbench")
 EXTERNAL = "framework=external runs a runner in another language: nnbench profiles only its own backends"
@@ -81,8 +81,9 @@ class Points:
     """
 
     def __init__(self, job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
-                 machine: MachineCheck | None = None):
+                 machine: MachineCheck | None = None, in_launcher: bool = False):
         self.job, self.job_dir, self.state, self.sweep, self.machine = job, job_dir, state, sweep, machine
+        self.in_launcher = in_launcher  # a launcher's process: a job SLURM runs again measures its point then
         self.results: list[list[PointResult]] = [[] for _ in job.points]  # per point, one per process so far
         self.waiting: list[Kept] = []  # saved, to be profiled
         self.queued: list[Kept] = []  # to be logged once the worker has ended
@@ -134,6 +135,9 @@ class Points:
     def interrupted(self, point: Point, results: list[PointResult]) -> None:
         """The point the worker was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
         signum = interrupts.pending()
+        if self.in_launcher and requeue.runs_again(signum):  # left to the job's next run, not recorded
+            log.info("%s: left to the job's next run", records.run_name(self.job, point))  # no tick: not measured
+            raise interrupts.Interrupted(signum)
         kept = self.save(point, results, f"interrupted by {signal.Signals(signum).name} while this point was measuring")
         log.info("%s %s: INTERRUPTED (%s)", self.tick(), kept.record.run_name, kept.reading.interrupted)
         self.queued.append(kept)
@@ -196,7 +200,8 @@ class Points:
 
 
 def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
-            peaks: Path | None = None, cache: Path | None = None, machine: MachineCheck | None = None) -> Points:
+            peaks: Path | None = None, cache: Path | None = None, machine: MachineCheck | None = None,
+            in_launcher: bool = False) -> Points:
     """Measure every point of the job in `bench.processes` fresh workers, one after another; each worker measures
     every point, so a point's processes are interleaved with the other points'. Faults become failed records;
     nothing raises but an interrupt.
@@ -209,7 +214,7 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(yaml.safe_dump(logged(job.config), sort_keys=False))
-    kept = Points(job, job_dir, state, sweep, machine)
+    kept = Points(job, job_dir, state, sweep, machine, in_launcher)
     if not job.points:  # resume=true found them all in the store
         return kept
     t0 = time.perf_counter()

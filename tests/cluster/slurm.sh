@@ -14,6 +14,7 @@ DIR=${NNBENCH_SLURM_DIR:-/tmp/nnbench-slurm}
 CONF=/etc/slurm/slurm.conf
 HOST=$(hostname -s)
 MARK="# nnbench single-node test cluster"
+CRED_EXPIRE_S=15
 PACKAGES=(slurm-wlm slurmdbd munge mariadb-server-core mariadb-client-core)
 
 say() { echo "slurm.sh: $*" >&2; }
@@ -83,8 +84,9 @@ start_mariadb() {  # the accounting database, on 127.0.0.1 and a socket in $DIR
           GRANT ALL ON slurm_acct_db.* TO slurm@'127.0.0.1';"
 }
 
-write_conf() {
-  local mem_mb
+write_conf() {  # sets CHANGED when slurm.conf differs from the one the daemons read
+  local mem_mb old
+  old=$(cat "$DIR/slurm.conf" 2>/dev/null || true)
   mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)  # below the real size, or the node drains
   mkdir -p "$DIR/state" "$DIR/spool" /etc/slurm
   cat >"$DIR/slurm.conf" <<EOF
@@ -94,10 +96,15 @@ SlurmctldHost=$HOST
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job may start cred_expire + 1 s after its previous run ended (120 s by default): short here, where
+# every credential is used on this host within seconds, so that the requeue tests don't wait two minutes.
+AuthInfo=cred_expire=$CRED_EXPIRE_S
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+# A job whose begin time has come starts within seconds, not 30-60 s.
+SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
@@ -134,6 +141,7 @@ EOF
     die "$CONF exists and is not this script's; move it away first"
   fi
   ln -sfn "$DIR/slurm.conf" "$CONF"
+  CHANGED=$([[ $old == "$(cat "$DIR/slurm.conf")" ]] || echo 1)
 }
 
 up() {
@@ -147,6 +155,9 @@ up() {
   if ! alive "$DIR/slurmdbd.pid"; then
     SLURM_CONF=$DIR/slurm.conf slurmdbd  # it reads slurmdbd.conf beside SLURM_CONF
     wait_for 60 slurmdbd "$DIR/slurmdbd.log" listening 6819
+  fi
+  if [[ -n $CHANGED ]] && alive "$DIR/slurmctld.pid"; then  # some settings (cred_expire) are read at start only
+    stop slurmctld "$DIR/slurmctld.pid"
   fi
   if alive "$DIR/slurmctld.pid" && alive "$DIR/slurmd.pid"; then
     scontrol reconfigure >/dev/null

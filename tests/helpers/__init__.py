@@ -114,6 +114,14 @@ def serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Po
     raise RuntimeError("mlflow server did not start")
 
 
+def fake_interpreter(directory: Path) -> str:
+    """An executable in `directory` that stands in for a venv's python and runs tests/helpers/fake_worker.py."""
+    path = directory / "fake-python"
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
 def unavailable(what: str, why: str):
     """Skip a test whose real part (a SLURM cluster, a database server) is missing; fail instead where CI asked for
     it (NNBENCH_REQUIRE_CLUSTER=1), so a missing cluster can't pass as a skip."""

@@ -4,12 +4,16 @@ tracking server on PostgreSQL, both brought up by the scripts in tests/cluster/ 
 Where they can't run (not root, no Debian packages) these tests skip, unless NNBENCH_REQUIRE_CLUSTER=1 (CI sets
 it), which makes a missing cluster a failure rather than a skip.
 """
+import configparser
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +119,92 @@ def test_two_sweeps_at_once_into_the_server(server, tmp_path):
         assert len(mine) == 2 and set(mine["params.framework"]) == {fw} and set(mine["status"]) == {"FINISHED"}
     every = runs(server, parents=True)
     assert "RUNNING" not in set(df["status"]) | set(every["status"])
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    """tracking.sh's server with MLflow's basic-auth app, and one user from `add-user`: (uri, credentials file)."""
+    state = tempfile.mkdtemp(prefix="nnbench-tracking-")
+    env = {**os.environ, "PYTHON": sys.executable, "NNBENCH_TRACKING_DIR": state, "NNBENCH_TRACKING_AUTH": "1"}
+    script = ["bash", str(CLUSTER / "tracking.sh")]
+    r = subprocess.run([*script, "up"], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        unavailable("PostgreSQL tracking server", f"tracking.sh up failed: {r.stderr.strip().splitlines()[-1:]}")
+    user = subprocess.run([*script, "add-user", "alice"], env=env, capture_output=True, text=True, timeout=120)
+    assert user.returncode == 0, user.stderr
+    yield r.stdout.strip().splitlines()[-1], Path(user.stdout.strip().splitlines()[-1])
+    subprocess.run([*script, "down"], env=env, capture_output=True, timeout=120)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def as_user(creds: dict[str, str]):
+    """This process reads the store as that user (MLflow takes the credentials from the environment per request)."""
+    os.environ.update(creds)
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+        yield client, client.get_experiment_by_name("nnbench")
+    finally:
+        for k in creds:
+            os.environ.pop(k)
+
+
+def everything_logged(uri: str, tmp: Path, creds: dict[str, str]) -> bytes:
+    """Every param, tag, metric name and artifact of every run of the experiment, as the server gives them."""
+    with as_user(creds | {"MLFLOW_TRACKING_URI": uri}) as (client, exp):
+        out = [repr(exp.tags).encode()]
+        for r in client.search_runs([exp.experiment_id], max_results=1000):
+            out += [repr(r.data.params).encode(), repr(r.data.tags).encode(), repr(sorted(r.data.metrics)).encode()]
+            where = client.download_artifacts(r.info.run_id, "", str(tmp / r.info.run_id))
+            out += [p.read_bytes() for p in Path(where).rglob("*") if p.is_file()]
+        return b"\n".join(out)
+
+
+def statuses(uri: str, creds: dict[str, str]) -> dict[str, int]:
+    with as_user(creds | {"MLFLOW_TRACKING_URI": uri}) as (client, exp):
+        return dict(Counter(r.info.status for r in client.search_runs([exp.experiment_id], max_results=1000)))
+
+
+def test_a_sweep_into_an_authenticated_server_keeps_the_password_out(auth_server, tmp_path, fake_python):
+    """With the user's password from the environment (a real worker), then from ~/.mlflow/credentials (the fake
+    worker): every point logged; the password in no param, tag, metric name, artifact, sweep dir or console line.
+    A wrong password: one line naming the fix, and nothing written."""
+    uri, credentials = auth_server
+    config = configparser.ConfigParser()
+    config.read(credentials)
+    user, password = config["mlflow"]["mlflow_tracking_username"], config["mlflow"]["mlflow_tracking_password"]
+    creds = {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
+    point = ["-m", "framework=torch", "model=mlp_relu", "ops=[inference]", "bench=quick"]
+    (tmp_path / "env").mkdir()
+    r = run([*point, "batch_size=8"], tmp_path / "env", MLFLOW_TRACKING_URI=uri, **creds)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "1 finished, 0 skipped, 0 failed"
+    home = tmp_path / "home"
+    (home / ".mlflow").mkdir(parents=True)
+    shutil.copy(credentials, home / ".mlflow" / "credentials")
+    (tmp_path / "file").mkdir()
+    f = run([*point, "batch_size=2,4", f"runtime.python={fake_python}"], tmp_path / "file", MLFLOW_TRACKING_URI=uri,
+            HOME=str(home), FAKE_FAULT="none")
+    assert f.returncode == 0, f.stderr[-3000:]
+    assert f.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
+
+    logged = everything_logged(uri, tmp_path / "artifacts", creds)
+    assert b"mlp_relu" in logged and b"samples_s" in logged  # what was searched is there
+    assert statuses(uri, creds) == {"FINISHED": 5}  # two parents, three points
+    on_disk = b"".join(p.read_bytes() for d in ("env", "file") for p in (tmp_path / d).rglob("*") if p.is_file())
+    for where in (logged, on_disk, (r.stdout + r.stderr + f.stdout + f.stderr).encode()):
+        assert password.encode() not in where
+
+    (tmp_path / "wrong").mkdir()
+    w = run([*point, "batch_size=8"], tmp_path / "wrong", MLFLOW_TRACKING_URI=uri, MLFLOW_TRACKING_USERNAME=user,
+            MLFLOW_TRACKING_PASSWORD="not-" + password)
+    assert w.returncode == 2
+    assert w.stderr.strip().splitlines() == [f"nnbench: error: the MLflow server at {uri} refuses user 'alice' and its "
+                                             "password (HTTP 401): set MLFLOW_TRACKING_USERNAME and "
+                                             "MLFLOW_TRACKING_PASSWORD, or ~/.mlflow/credentials, to a user of that "
+                                             "server"]
+    assert password not in w.stdout + w.stderr
+    assert not list((tmp_path / "wrong").iterdir())  # nothing written here
+    assert statuses(uri, creds) == {"FINISHED": 5}  # nor there
