@@ -189,8 +189,7 @@ def installed_models() -> dict[str, Any]:
     """A config node per network of an installed package (entry-point group `nnbench.models`): `name` and its
     build's keys, typed by their defaults (a key without one must be given). A package that fails to import is
     left out here: `model=<it>` then fails in models.load, in one line."""
-    import inspect  # only the sweep's processes register the model group
-
+    import inspect  # only the sweep's processes register the model group (and import a package's networks)
     import models
 
     out = {}

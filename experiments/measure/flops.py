@@ -29,17 +29,17 @@ for tanh or sqrt), only the kernel taps that land inside the image (`padding=Fal
 the body of a loop once, whatever its trip count (`loops=False` counts an LSTM's steps that way: one, in each
 direction). See tests/measure/test_flops.py for both counters on every model and op.
 
-A user's network (`models.Network`) is counted by `counted`: its declaration's `flops(op, batch)` where given
-("declared"), else torch's FlopCounterMode on its torch module ("torch"), else XLA's cost analysis of its
-Flax module's jitted step ("xla"), so both frameworks' MFU share one numerator. `flops` answers only what
-needs no framework (a measuring worker must not import the other one): "declared", or None.
+A user's network (`models.Network`) is counted from its declaration's `flops(op, batch)` where given
+("declared"), else by torch's FlopCounterMode on its torch module ("torch"), else by XLA's cost analysis of its
+Flax module's jitted step ("xla"), so both frameworks' MFU share one numerator (`source` says which;
+`parity.counted` counts, in a process of its own). `flops` answers only what needs no framework (a
+measuring worker must not import the other one): the declared count, or None.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from experiments.measure.backends import SMOKE, check_op, load
+from experiments.measure.backends import check_op
 from models import (LSTM, Act, Attention, BatchNorm, ClassToken, Concat, Conv, Dense, Embed, Flatten, GlobalMeanPool,
                     GroupNorm, LayerNorm, MatmulChain, MaxPool, Mean, Model, ModelSpec, Network, PosEmbed, RMSNorm,
                     Residual, Token, ToTokens, Upsample, pair)
@@ -126,7 +126,7 @@ def _walk(layers: tuple, shape: tuple[int, ...], batch: int, trainable: bool, ne
 def flops(spec: Model, op: str, batch: int, padding: bool = True, loops: bool = True) -> int | None:
     """FLOPs of one call of `op` at `batch`, the same for every framework, so achieved TFLOP/s compare like for
     like; raises as the backends do for an op the model can't run (training constant weights). A user's network:
-    its declared count, else None (`counted` asks a framework's counter)."""
+    its declared count, else None (`parity.counted` asks a framework's counter)."""
     check_op(spec, op)
     if isinstance(spec, Network):
         return spec.flops(op, batch) if spec.flops else None
@@ -139,34 +139,14 @@ def flops(spec: Model, op: str, batch: int, padding: bool = True, loops: bool = 
     return fwd + bwd + ADAM_FLOPS_PER_PARAM * spec.param_count()
 
 
-@dataclass(frozen=True)
-class Counted:
-    flops: int
-    source: str  # flops_source: layers, declared, torch or xla
-
-
 def source(spec: Model) -> str:
-    """Where `counted` takes a model's FLOPs from."""
+    """Where a model's FLOPs come from (`flops_source`): its layers, its declaration, or one framework's counter
+    for both (experiments/measure/parity.py counts them)."""
     if isinstance(spec, ModelSpec):
         return "layers"
     if spec.flops:
         return "declared"
     return "torch" if spec.torch is not None else "xla"
-
-
-def counted(spec: Model, op: str, batch: int, seed: int = 0) -> Counted:
-    """FLOPs of one call and where they come from. A user's network without a declared count is counted by one
-    framework for all (torch's FlopCounterMode on an eager call, else XLA's cost analysis of the jitted step, on
-    the CPU at fp32), so this imports that framework and configures it: call it in a process of its own, once
-    per sweep, not in a measuring worker."""
-    where = source(spec)
-    if where in ("layers", "declared"):
-        return Counted(flops(spec, op, batch), where)
-    framework = "torch" if where == "torch" else "jax"
-    backend = load(framework)
-    backend.configure(SMOKE[framework])  # torch eager, jax jit: where each framework has its count
-    step = backend.prepare(spec, op, batch, seed)
-    return Counted(step.cost(), where)
 
 
 def achieved_tflops(flops: int, seconds: float) -> float:

@@ -8,7 +8,8 @@ import pytest
 import models
 from experiments.measure.backends import Unsupported, load
 from experiments.common.config import OPS
-from experiments.measure.flops import ADAM_FLOPS_PER_PARAM, Counted, achieved_tflops, counted, flops, source
+from experiments.measure.parity import FlopCount, counted
+from experiments.measure.flops import ADAM_FLOPS_PER_PARAM, achieved_tflops, flops, source
 from experiments.common.protocol import Setup
 from models import Conv, Image, ModelSpec
 from tests.helpers import SEEDS, tiny
@@ -160,4 +161,4 @@ def test_transformer_by_hand():
 
 def test_the_source_of_every_dsl_model_is_its_layers():
     assert {source(tiny(n)) for n in models.available()} == {"layers"}
-    assert counted(tiny("lenet"), "grad", 2) == Counted(flops(tiny("lenet"), "grad", 2), "layers")
+    assert counted(tiny("lenet"), "grad", 2) == FlopCount("grad", 2, flops(tiny("lenet"), "grad", 2), "layers")

@@ -1,9 +1,9 @@
 """Whether two frameworks compute the same function for one model, once, before its points are trusted: a user's
 network has its torch weights copied into its Flax module through its weight map, then the eval-mode outputs, the
 loss and every mapped parameter's gradient are compared at fp32 on the CPU (a model of the layer DSL: from its
-canonical weights, as tests/measure/test_parity.py does). With its FLOPs counted for the same numerator, it is
-`python -m experiments.measure.backends.parity MODEL_JSON [OP:BATCH ...]`: it imports and configures both
-frameworks, so it runs in a process of its own, never in a measuring worker.
+canonical weights, as tests/measure/test_parity.py does). With its FLOPs counted by one framework for both
+(`counted`), it is `python -m experiments.measure.parity MODEL_JSON [OP:BATCH ...]`: it imports and
+configures both frameworks, so it runs in a process of its own, never in a measuring worker.
 
 Eval mode, because there both frameworks are deterministic: dropout is off and BatchNorm reads its running
 statistics. No framework can match another's dropout stream, so train-mode randomness is not compared.
@@ -19,7 +19,7 @@ import numpy as np
 import models
 from experiments.common.protocol import Json
 from experiments.measure.backends import SMOKE, load, module
-from experiments.measure.flops import counted
+from experiments.measure.flops import flops, source
 from models import Model, Network, is_stat, to_flax
 
 TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the largest magnitude in it (as the tests)
@@ -137,14 +137,22 @@ def network(net: Network, seed: int, batch: int) -> Parity:
     return verdict(errors, params)
 
 
+def counted(spec: Model, op: str, batch: int, seed: int = 0) -> FlopCount:
+    """FLOPs of one call, one number for both frameworks, and where it comes from (`flops.source`): a user's
+    network without a declared count is counted by one framework for all (torch's FlopCounterMode on an eager
+    call, else XLA's cost analysis of the jitted step, on the CPU at fp32), configured here for it."""
+    where = source(spec)
+    if where in ("layers", "declared"):
+        return FlopCount(op, batch, flops(spec, op, batch), where)
+    framework = "torch" if where == "torch" else "jax"
+    backend = load(framework)
+    backend.configure(SMOKE[framework])  # torch eager, jax jit: where each framework has its count
+    return FlopCount(op, batch, backend.prepare(spec, op, batch, seed).cost(), where)
+
+
 def prove(spec: Model, points: list[tuple[str, int]], seed: int = 0) -> Proof:
     """Parity, and the FLOPs of each (op, batch) from one source for both frameworks."""
-    result = check(spec, seed)
-    flops = []
-    for op, batch in points:
-        c = counted(spec, op, batch, seed)
-        flops.append(FlopCount(op, batch, c.flops, c.source))
-    return Proof(result, flops)
+    return Proof(check(spec, seed), [counted(spec, op, batch, seed) for op, batch in points])
 
 
 def main(argv: list[str]) -> int:
