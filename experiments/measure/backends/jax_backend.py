@@ -1,4 +1,5 @@
-"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC).
+"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC), or a user's
+nnx module from its builder; both measured alike.
 
 compile=True: `nnx.split` once, then `jax.jit` of pure functions of the state (graphdef closed over, training state
 donated, Adam as plain optax on the split params); compile=False: the same functions, eager, op by op.
@@ -30,6 +31,7 @@ LOSSES = {
     "mean": lambda yhat, y: jnp.mean(yhat),
     "cross_entropy": lambda yhat, y: -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(yhat), y[..., None], -1)),
 }
+
 
 def split(model: nnx.Module):
     """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
@@ -215,6 +217,7 @@ class Backend:
                 return leaves, x, y  # the current state: lowering reads only shapes and dtypes
         if not self.setup.compile:
             return Step(fn, jax.block_until_ready, device_of)
+
         def compiled():
             return jitted.lower(*args()).compile()  # lowering reads only shapes and dtypes; jax caches it
 

@@ -1,4 +1,5 @@
-"""PyTorch adapter: nn layers built from the spec's numpy weights in NCHW / OIHW / (out, in) layouts.
+"""PyTorch adapter: nn layers built from the spec's numpy weights in NCHW / OIHW / (out, in) layouts, or a user's
+nn.Module from its builder; both measured alike.
 
 compile=False: eager. compile=True: `torch.compile(dynamic=False)` of the forward (inference, under no_grad) or of
 forward+loss (grad, training), whose backward AOTAutograd compiles too; the Adam step stays eager (foreach).
