@@ -1,7 +1,7 @@
 """The seed's 7-layer MLP family (not a model itself: the mlp_* files pick the variant)."""
 from __future__ import annotations
 
-from models import Act, BatchNorm, Dense, ModelSpec
+from models import Act, Array, BatchNorm, Dense, ModelSpec
 
 BATCH_SIZES = {"inference": (2, 8, 32, 128, 512, 2048), "training": (32, 128, 512, 2048)}
 
@@ -14,4 +14,5 @@ def mlp(name: str, act: str, batchnorm: bool = False) -> ModelSpec:
         layers += [Dense(256, 256), *hidden]
     layers.append(Dense(256, 10))
     sizes = BATCH_SIZES | {"grad": BATCH_SIZES["training"]}
-    return ModelSpec(name, tuple(layers), (32,), sizes)
+    return ModelSpec(name=name, layers=tuple(layers), input=Array((32,)), target=Array((10,)), loss="sse",
+                     batch_sizes=sizes)

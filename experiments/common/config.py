@@ -8,6 +8,7 @@ baseline. Hydra is imported only by `register()`, so the worker can import these
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import shutil
 import subprocess
@@ -204,8 +205,32 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore  # not at the top: the worker imports these names without Hydra
 
     ConfigStore.instance().store(name="schema", node=Config)
+    for name, node in installed_models().items():  # model=<entry point>: composed and type-checked as built-ins
+        ConfigStore.instance().store(group="model", name=name, node=node)
     OmegaConf.register_new_resolver("nnbench.size", size_for_device, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("nnbench.unique", lambda: UNIQUE, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("nnbench.cwd", lambda: str(Path.cwd()), replace=True, use_cache=True)
+
+
+def installed_models() -> dict[str, Any]:
+    """A config node per network of an installed package (entry-point group `nnbench.models`): `name` and its
+    build's keys, typed by their defaults (a key without one must be given). A package that fails to import is
+    left out here: `model=<it>` then fails in models.load, in one line."""
+    import inspect  # only the sweep's processes register the model group (and import a package's networks)
+    import models
+
+    out = {}
+    for name, ep in models.installed().items():
+        try:
+            build = getattr(loaded := ep.load(), "build", loaded)
+            keys = [(p.name, type(p.default) if type(p.default) in (int, float, bool, str) else Any,
+                     field(default=MISSING if p.default is inspect.Parameter.empty else p.default))
+                    for p in inspect.signature(build).parameters.values()
+                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            out[name] = dataclasses.make_dataclass(f"{name}_model", [("name", str, name), *keys])
+        except Exception:  # the user's package: models.load reports it in one line
+            continue
+    return out
 
 
 # `${nnbench.unique:}` in the output dirs: drawn once in the launching process, so two sweeps started in the same

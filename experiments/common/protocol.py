@@ -150,7 +150,8 @@ class Request(Json):
 
 # One vocabulary for both frameworks: every profiled op falls in one of these categories (the tables are
 # experiments/measure/categories.py), and `overhead` is the step's wall time outside every op.
-CATEGORIES = ("conv", "matmul", "elementwise", "norm", "pool", "loss", "optimizer", "copy", "other")
+CATEGORIES = ("conv", "matmul", "attention", "recurrent", "elementwise", "norm", "pool", "loss", "optimizer", "copy",
+              "other")
 PARTS = CATEGORIES + ("overhead",)  # where one step's wall time goes: the metrics `<op>_time_<part>_s`
 
 

@@ -5,7 +5,9 @@ the worker once, then forks one fresh worker per request. Runs on the worker sid
 A forked worker must be as fresh as a spawned one for what is measured, so the server forks only while nothing
 has started: no XLA backend, no thread pool (jax starts its pools with its first array, torch its OpenMP pool
 with its first parallel op), no array. It preloads what the worker would otherwise import lazily (numpy.ma,
-torch's compiler modules), so no import lands inside a timed window either.
+torch's compiler modules), so no import lands inside a timed window either; and a user's network (model=file, an
+installed package's entry point) is imported before the first fork, so its workers find it imported. A network
+whose import starts a thread or jax's backend is refused, in one line that names it.
 
 Protocol, one JSON object per line: the parent writes `{"request", "results", "log"}`; the server answers
 `{"pid"}` once the worker runs, then `{"pid", "rc"}` when it has ended (rc < 0: killed by that signal). The first
@@ -19,6 +21,7 @@ import os
 import sys
 import threading
 import traceback
+from pathlib import Path
 
 
 def preload(framework: str) -> None:
@@ -36,7 +39,7 @@ def preload(framework: str) -> None:
 
 def problem(framework: str) -> str | None:
     """Why a fork now would not give a fresh worker (None: it would)."""
-    if framework == "jax":
+    if "jax" in sys.modules:  # the jax server, or a user's network that imports jax
         from jax._src import xla_bridge  # only to check that no backend has started
 
         if xla_bridge._backends:
@@ -44,6 +47,20 @@ def problem(framework: str) -> str | None:
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads before fork"
     return None
+
+
+def preload_model(framework: str, request: str) -> str | None:
+    """Import the request's network, if it is a user's; why a fork would not give a fresh worker, or None."""
+    # imported after `preload`, as the worker's own modules are: the server's module scope imports nothing
+    import models
+    from experiments.common.errors import first_line
+    from experiments.common.protocol import Request
+
+    try:
+        models.preload(**Request.from_json(Path(request).read_text()).model)
+    except ValueError as e:
+        return first_line(e)
+    return problem(framework)
 
 
 def run_worker(task: dict) -> None:
@@ -88,6 +105,9 @@ def main(framework: str) -> int:
     gc.freeze()
     for line in sys.stdin:
         task = json.loads(line)
+        if why := preload_model(framework, task["request"]):
+            answer(problem=why)  # the harness spawns this job's workers instead
+            continue
         pid = os.fork()
         if pid == 0:
             run_worker(task)

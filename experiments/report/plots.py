@@ -123,8 +123,9 @@ def plot_trend(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, mod
     return path
 
 
-# One colour per part of a step, the same in every figure; overhead is grey.
-PART_COLORS = dict(zip(PARTS, (plt.get_cmap("tab10").colors[i] for i in (0, 1, 2, 3, 4, 5, 9, 6, 8, 7))))
+# One colour per part of a step, the same in every figure (tab10's, as tab20's even entries; attention and recurrent
+# in the light shades beside matmul's and elementwise's); overhead is grey.
+PART_COLORS = dict(zip(PARTS, (plt.get_cmap("tab20").colors[i] for i in (0, 2, 3, 5, 4, 6, 8, 10, 18, 12, 16, 14))))
 
 
 def plot_breakdown(b: pd.DataFrame, model: str, op: str, batch: int, path: Path) -> Path:

@@ -13,7 +13,8 @@ from experiments.common.columns import DERIVED, FLAGS, PARAMS
 TIMES = tuple(f"time_{p}_s" for p in PARTS)  # a profiled op: where one step's wall time went
 PROFILE = TIMES + ("profile_wall_s", "profile_wall_ratio")
 OP_METRICS = STATS + METRICS + DERIVED + PROFILE  # the `<op>_<name>` metrics of a point run
-LABELS = {"conv": "convolution", "matmul": "matmul", "elementwise": "elementwise", "norm": "normalization",
+LABELS = {"conv": "convolution", "matmul": "matmul", "attention": "attention (fused)", "recurrent": "recurrent (LSTM)",
+          "elementwise": "elementwise", "norm": "normalization",
           "pool": "pooling", "loss": "loss", "optimizer": "optimizer update", "copy": "copies and layouts",
           "other": "other ops", "overhead": "overhead (no op running)"}
 

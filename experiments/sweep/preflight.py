@@ -35,7 +35,10 @@ def typed(cfg: DictConfig) -> Config:
     with open_dict(cfg):
         cfg.pop("hydra", None)
     unknown_keys(cfg)
-    return OmegaConf.to_object(cfg)
+    config = OmegaConf.to_object(cfg)
+    if dataclasses.is_dataclass(config.model):  # an installed network's node, typed by its keys: its keys, as data
+        config.model = dataclasses.asdict(config.model)
+    return config
 
 
 def unknown_keys(cfg: DictConfig) -> None:

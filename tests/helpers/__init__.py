@@ -16,12 +16,22 @@ from experiments.common.protocol import Budget, Measurement, OpResult
 from experiments.measure.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3}}
+# Sizes a test can afford; the transformers keep width 64, where XLA's elementwise count (exact GELU's erf
+# polynomial, the softmax) stays within 20% of the matmuls' (tests/measure/test_flops.py).
+TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3},
+        "gpt_tiny": {"vocab": 64, "length": 16, "width": 64, "depth": 1, "heads": 2},
+        "vit_tiny": {"depth": 1, "width": 64, "heads": 2, "patch": 8},
+        "unet_small": {"size": 8, "width": 8, "groups": 4},
+        "lstm": {"vocab": 50, "length": 6, "embed": 16, "hidden": 32},
+        "dscnn": {"channels": 16}}
+# The seed's models, and those beyond them (experiment=modern): tests that compile every op of every model run the
+# modern ones on fewer ops, to keep the suite's time.
+SEEDS = ("lenet", "matmul_chain", "mlp_batchnorm", "mlp_gelu", "mlp_relu", "resnet")
 FORMAT = {"jax": "nhwc", "torch": "contiguous"}  # each framework's default framework.memory_format
 
 
 def tiny(name: str) -> models.ModelSpec:
-    """The model at sizes a test can afford (only matmul_chain has sizes)."""
+    """The model at sizes a test can afford."""
     return models.load(name, **TINY.get(name, {}))
 
 

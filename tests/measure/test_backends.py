@@ -11,15 +11,26 @@ import models
 from experiments.measure.backends import Unavailable, Unsupported, load, module
 from experiments.common.config import OPS, backends
 from experiments.common.protocol import Setup
-from tests.helpers import FORMAT, gpu_visible, tiny
+from tests.helpers import FORMAT, SEEDS, gpu_visible, tiny
 
 ADAPTERS = {fw: module(fw) for fw in backends()}
 BATCH = 2
 # torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
-# only; the layers of the others are covered by the eager runs and by the parity tests. jax.jit runs on all.
+# only; the layers of the others are covered by the eager runs and by the parity tests. Every op of the seed's
+# models runs in jax, jit and eager. Beyond the seeds XLA takes 3-40 s to compile one op of a tiny transformer or
+# U-Net on 2 busy cores: jit runs training (the largest program; tests/measure/test_flops.py compiles their
+# inference and grad, the parity tests run the grad), eager runs inference. torch eager runs every op of all.
 TORCH_COMPILED = ("mlp_relu", "lenet")
-CASES = [(name, fw, jit) for name in models.available() for fw in ADAPTERS for jit in (False, True)
-         if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
+
+
+def ops_of(name: str, fw: str, jit: bool) -> tuple[str, ...]:
+    if name in SEEDS or fw == "torch":
+        return OPS
+    return ("training",) if jit else ("inference",)
+
+
+CASES = [(name, fw, jit, ops_of(name, fw, jit)) for name in models.available() for fw in ADAPTERS
+         for jit in (False, True) if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
 
 
 def configured(fw: str, precision: str = "fp32", compile: bool = False):
@@ -45,10 +56,10 @@ def run(step):
     return out
 
 
-@pytest.mark.parametrize("name,fw,jit", CASES)
-def test_ops(name, fw, jit):
+@pytest.mark.parametrize("name,fw,jit,ops", CASES)
+def test_ops(name, fw, jit, ops):
     spec, backend = tiny(name), configured(fw, compile=jit)
-    for op in OPS:
+    for op in ops:
         if op == "training" and not spec.trainable:
             with pytest.raises(Unsupported, match="constant weights"):
                 backend.prepare(spec, op, BATCH, 0)
@@ -62,15 +73,19 @@ def test_ops(name, fw, jit):
         if op == "inference":  # eval mode: deterministic, and the same function as the parity helper
             np.testing.assert_array_equal(host(fw, run(step))[0], first[0])
             x = spec.make_batch(BATCH, 0)[0]
-            np.testing.assert_allclose(first[0], ADAPTERS[fw].forward(spec, spec.init(0), x), rtol=1e-4, atol=1e-6)
+            out = first[0] if fw == "jax" or not isinstance(spec.target, models.Image) else first[0].transpose(0, 2, 3, 1)
+            np.testing.assert_allclose(out, ADAPTERS[fw].forward(spec, spec.init(0), x), rtol=1e-4, atol=1e-6)
         elif op == "grad":
             shapes = ([v.shape for k, v in spec.init(0).items() if not models.is_stat(k)] if spec.trainable
                       else [(BATCH, *spec.input_shape)])
-            assert sorted(a.size for a in first[1:]) == sorted(int(np.prod(s)) for s in shapes)  # loss, then grads
+            # loss, then the grads: as many numbers as the canonical weights (torch's LSTM stacks its gates)
+            assert first[0].size == 1 and sum(a.size for a in first[1:]) == sum(int(np.prod(s)) for s in shapes)
         else:
             losses = [host(fw, run(step)) for _ in range(10)]
             assert losses[-1][-1] < first[-1], "10 Adam steps on one batch should lower its loss"
             assert not np.array_equal(losses[-1][0], first[0]), "the weights should change"
+        if jit and fw == "jax":
+            assert step.compiles() == 1, op  # tests/measure/test_compile_once.py: the seeds' every op, both frameworks
 
 
 @pytest.mark.parametrize("fw", ADAPTERS)
@@ -143,7 +158,7 @@ def test_gpu_fp32_is_full_fp32(fw):
         backend.configure(Setup("fp32", "cpu", memory_format=FORMAT[fw]))
 
 
-MIRRORED = ("dtype", "make_model", "to_input", "make_loss", "forward", "loss_and_grads")
+MIRRORED = ("dtype", "make_model", "build", "to_input", "make_loss", "from_output", "forward", "loss_and_grads")
 
 
 def test_adapters_mirror_each_other():
@@ -162,6 +177,24 @@ def test_adapters_mirror_each_other():
 @pytest.mark.parametrize("fw", ADAPTERS)
 @pytest.mark.parametrize("layer", [models.Act("swish"), models.Flatten, "conv3d"], ids=["act", "class", "str"])
 def test_unknown_layer_is_unsupported_in_every_adapter(fw, layer):
-    spec = models.ModelSpec("odd", (models.Dense(32, 8), layer), (32,), {"inference": (2,)})
+    spec = models.ModelSpec(name="odd", layers=(models.Dense(32, 8), layer), input=models.Array((32,)),
+                            target=models.Array((8,)), loss="sse", batch_sizes={"inference": (2,)})
     with pytest.raises(Unsupported, match=f"the {fw} backend has no layer"):
         ADAPTERS[fw].make_model(spec, spec.init(0), "fp32", train=False)
+
+
+@pytest.mark.parametrize("fw", ADAPTERS)
+def test_integer_inputs_are_never_cast_and_only_images_are_permuted(fw):
+    """Tokens and labels stay integers at any precision; an image becomes NCHW in torch, anything else keeps its
+    layout (a (length, features) array is not an image)."""
+    adapter = ADAPTERS[fw]
+    tokens = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for precision in ("bf16", "fp32"):
+        t = adapter.to_input(tokens, models.Tokens(3, 10), precision, None if fw == "jax" else "cpu")
+        assert str(t.dtype) in ("int32", "torch.int64") and np.array_equal(np.asarray(t), tokens)
+    image = np.zeros((2, 5, 4, 3), np.float32)
+    array = np.zeros((2, 5, 4, 3), np.float32)
+    device = None if fw == "jax" else "cpu"
+    assert tuple(adapter.to_input(image, models.Image(5, 4, 3), "bf16", device).shape) == \
+        ((2, 5, 4, 3) if fw == "jax" else (2, 3, 5, 4))
+    assert tuple(adapter.to_input(array, models.Array((5, 4, 3)), "fp32", device).shape) == (2, 5, 4, 3)

@@ -6,7 +6,10 @@ import pytest
 
 import models
 from experiments.measure.backends import module
-from tests.helpers import tiny
+from models import (LSTM, Act, Array, Attention, ClassToken, Concat, Conv, Dense, Embed, GlobalMeanPool, GroupNorm,
+                    Image, Labels, LayerNorm, MaxPool, ModelSpec, NextToken, PosEmbed, RMSNorm, Token, Tokens,
+                    ToTokens, Upsample)
+from tests.helpers import TINY, tiny
 
 jax_backend, torch_backend = module("jax"), module("torch")
 # Batch 8, not 3: through BatchNorm at batch 3 float32 itself is the limit (jax vs torch grads differ by 2e-4,
@@ -23,25 +26,54 @@ def varied(spec: models.ModelSpec, seed: int = 1) -> dict[str, np.ndarray]:
         last = key.rsplit(".", 1)[-1]
         if last in ("scale", "var"):
             params[key] = rng.uniform(0.5, 1.5, v.shape)
-        elif last == "mean" or (last == "bias" and key[:-4] + "scale" in params):
+        elif last in ("mean", "token") or (last == "bias" and key[:-4] + "scale" in params):
             params[key] = rng.normal(0, 0.2, v.shape)
         elif last in ("w1", "b1", "w2", "b2"):
             params[key] = rng.uniform(-1, 1, v.shape) / np.sqrt(v.shape[-1])
     return {k: v.astype(np.float32) for k, v in params.items()}
 
 
-@pytest.mark.parametrize("name", models.available())
+def layer(name: str, layers: tuple, input, target, loss: str = "sse") -> ModelSpec:
+    return ModelSpec(name=name, layers=layers, input=input, target=target, loss=loss, batch_sizes={"inference": (2,)})
+
+
+# One small model per layer beyond the seed's, each ending where its output is easy to judge.
+LAYERS = {m.name: m for m in [
+    layer("embed_posembed", (Embed(11, 6), PosEmbed(5, 6), Dense(6, 11)), Tokens(5, 11), NextToken(), "cross_entropy"),
+    layer("layernorm", (LayerNorm(6), Dense(6, 3)), Array((4, 6)), Array((4, 3))),
+    layer("rmsnorm", (RMSNorm(6), Dense(6, 3)), Array((4, 6)), Array((4, 3))),
+    layer("groupnorm_silu", (Conv(3, 8, 3, pad=1), GroupNorm(4, 8), Act("silu")), Image(6, 6, 3), Image(6, 6, 8)),
+    layer("gelu_exact", (Dense(6, 8), Act("gelu"), Dense(8, 3)), Array((6,)), Array((3,))),
+    layer("attention", (Attention(8, 2), Dense(8, 3)), Array((5, 8)), Labels(3, (5,)), "cross_entropy"),
+    layer("attention_causal", (Attention(8, 2, causal=True),), Array((5, 8)), Array((5, 8))),
+    layer("grouped_conv", (Conv(4, 6, (3, 2), stride=2, pad=(1, 0), groups=2),), Image(7, 6, 4), Image(4, 3, 6)),
+    layer("depthwise_conv", (Conv(4, 4, 3, pad=1, groups=4), GlobalMeanPool(), Dense(4, 3)), Image(5, 5, 4),
+          Labels(3), "cross_entropy"),
+    layer("upsample_concat", (Conv(2, 4, 3, pad=1), Concat((MaxPool(2), Conv(4, 4, 1), Upsample(2))), Conv(8, 2, 1)),
+          Image(6, 6, 2), Image(6, 6, 2)),
+    layer("patches_class_token", (Conv(3, 6, 2, stride=2), ToTokens(), ClassToken(6), PosEmbed(10, 6), Token(0),
+                                  Dense(6, 4)), Image(6, 6, 3), Labels(4), "cross_entropy"),
+    layer("lstm", (LSTM(4, 5), Token(-1), Dense(5, 3)), Array((6, 4)), Labels(3), "cross_entropy"),
+]}
+CASES = [pytest.param(n, id=n) for n in models.available()] + [pytest.param(n, id=f"layer-{n}") for n in LAYERS]
+
+
+def spec_of(name: str) -> ModelSpec:
+    return LAYERS[name] if name in LAYERS else tiny(name)
+
+
+@pytest.mark.parametrize("name", CASES)
 def test_forward_parity(name):
-    spec = tiny(name)
+    spec = spec_of(name)
     params, (x, _) = varied(spec), spec.make_batch(BATCH, 0)
     a, b = jax_backend.forward(spec, params, x), torch_backend.forward(spec, params, x)
-    assert a.shape == b.shape == ((BATCH, spec.out_dim) if spec.trainable else ())
+    assert a.shape == b.shape == ((BATCH, *spec.output_shape) if spec.trainable else ())
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(a).max())
 
 
-@pytest.mark.parametrize("name", models.available())
+@pytest.mark.parametrize("name", CASES)
 def test_grad_parity(name):
-    spec = tiny(name)
+    spec = spec_of(name)
     params, (x, y) = varied(spec), spec.make_batch(BATCH, 0)
     la, ga = jax_backend.loss_and_grads(spec, params, x, y)
     lb, gb = torch_backend.loss_and_grads(spec, params, x, y)
@@ -100,6 +132,21 @@ def test_matmul_chain_matches_seed004(backend):
     # conv 3·3·128·128 = 147_456, BN 256; dense 128·10+10 = 1_290
     ("resnet", 298_826),
     ("matmul_chain", 2_002_000),  # constants w1, w2 (1000²) and b1, b2 (1000) at the default n=1000
+    # embed 256·128 = 32_768, positions 64·128 = 8_192; 2 blocks of LN 256, qkv 128·384+384 = 49_536, out
+    # 128·128+128 = 16_512, LN 256, MLP 128·512+512 = 66_048 and 512·128+128 = 65_664; LN 256, head 128·256+256
+    ("gpt_tiny", 470_784),
+    # patches 4·4·3·192+192 = 9_408, class token 192, positions 65·192 = 12_480; 2 blocks of 444_864 at width 192;
+    # LN 384, head 192·10+10 = 1_930
+    ("vit_tiny", 914_122),
+    # levels (conv 3×3 + bias, GN, conv 3×3 + bias, GN) 3→16: 2_832, 16→32: 14_016, 32→64: 55_680, 96→32:
+    # 37_056, 48→16: 9_312; the 1×1 conv 16→3: 51
+    ("unet_small", 118_947),
+    # embed 1000·64 = 64_000; LSTM 4·128·(64+128) kernels and 4·128 biases (one per gate: flax's) = 98_816;
+    # dense 128·2+2 = 258
+    ("lstm", 163_074),
+    # conv 10·4·64+64 = 2_624, BN 128; 4 × (depthwise 9·64+64 = 640, BN 128, pointwise 64·64+64 = 4_160, BN 128);
+    # dense 64·12+12 = 780
+    ("dscnn", 23_756),
 ])
 def test_param_count(name, count):
     spec = models.load(name)
@@ -113,6 +160,8 @@ def test_load_errors_name_the_choices():
         models.load("mlp")
     with pytest.raises(ValueError, match="n, m, depth"):
         models.load("matmul_chain", width=3)
+    with pytest.raises(ValueError, match="model.heads=5 must divide model.width=128: e.g. model.heads=4"):
+        models.load("gpt_tiny", heads=5)
 
 
 def test_spec_contract():
@@ -122,5 +171,35 @@ def test_spec_contract():
         a, b = spec.init(3), spec.init(3)
         assert all(v.dtype == np.float32 and np.array_equal(v, b[k]) for k, v in a.items())
         x, y = spec.make_batch(2, 0)
-        assert x.shape == (2, *spec.input_shape) and x.dtype == y.dtype == np.float32
-        assert y.shape == (2, spec.out_dim)
+        assert x.shape == (2, *spec.input_shape)
+        assert x.dtype == (np.int32 if isinstance(spec.input, Tokens) else np.float32)
+        if isinstance(spec.target, (Labels, NextToken)):  # integer classes, within range
+            classes = spec.output_shape[-1]
+            assert y.dtype == np.int32 and y.shape == (2, *spec.output_shape[:-1]) and 0 <= y.min() <= y.max() < classes
+        else:
+            assert y.dtype == np.float32 and y.shape == ((2, *spec.output_shape) if spec.target else (2, 0))
+
+
+def test_next_token_targets_are_the_input_shifted():
+    spec = tiny("gpt_tiny")
+    x, y = spec.make_batch(3, 0)
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
+    assert x.flags.c_contiguous and y.flags.c_contiguous
+
+
+def test_the_encoder_is_the_same_network_without_the_mask():
+    causal, encoder = tiny("gpt_tiny"), models.load("gpt_tiny", **TINY["gpt_tiny"], causal=False)
+    assert causal.param_count() == encoder.param_count()
+    params, (x, _) = causal.init(0), causal.make_batch(2, 0)
+    a, b = jax_backend.forward(causal, params, x), jax_backend.forward(encoder, params, x)
+    np.testing.assert_allclose(a[:, -1], b[:, -1], rtol=1e-5, atol=1e-6)  # the last token sees everything either way
+    assert not np.allclose(a[:, 0], b[:, 0], atol=1e-3)  # the first one sees only itself when causal
+
+
+def test_torch_lstm_has_flax_cell_parameters():
+    """torch's b_hh is held at zero and frozen: the trainable parameters are the canonical ones, the same count."""
+    spec = LAYERS["lstm"]
+    model = torch_backend.make_model(spec, spec.init(0), "fp32", train=True)
+    lstm = model[0].lstm
+    assert not lstm.bias_hh_l0.requires_grad and not lstm.bias_hh_l0.any()
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == spec.param_count()

@@ -1,8 +1,10 @@
 """Framework adapters: `experiments/measure/backends/<name>_backend.py`, one per framework, imported only when selected.
 
 Every adapter mirrors the others: a `Backend` class (configure, prepare, matmul, peak memory, environment), `make_model`,
-`to_input` and `make_loss` with the same signatures, and the parity helpers `forward` and `loss_and_grads`
-(the `Reference` protocol). An unknown layer or activation raises `Unsupported` in every one.
+`build`, `to_input` and `make_loss` with the same signatures, the parity helpers `forward` and `loss_and_grads`
+(the `Reference` protocol), and `count_flops` (the framework's own FLOP counter). `prepare` takes a `models.ModelSpec`
+(the layer DSL, built from its canonical numpy weights) or a `models.Network` (a user's module, built by its own
+builder) alike. An unknown layer or activation, or a Network without this framework's builder, raises `Unsupported`.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 
 from experiments.common.config import OPS
 from experiments.common.protocol import Setup
+from models import Network
 
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
@@ -41,6 +44,8 @@ class Step:
     device_of: Callable[[Any], str]  # where an output actually lives, e.g. "cpu" or "cuda:0"
     compiles: Callable[[], int] | None = None  # compilations so far (jit or torch.compile); None when eager
     program: Callable[[], str] | None = None  # the compiled program as text, once called; None when eager
+    cost: Callable[[], int] | None = None  # FLOPs of one call as the framework counts them (XLA's cost analysis of
+    #   the compiled program, torch's FlopCounterMode around an eager call); None where it has no count
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,9 @@ class Backend(Protocol):
         used ("cpu", "cuda:0"); raise Unavailable where this set-up can't run."""
 
     def prepare(self, spec: Any, op: str, batch: int, seed: int) -> Step:
-        """Build the model from the spec's numpy weights and return the op ready to time, not yet called
-        (its first call, with the trace or compile, is timed apart)."""
+        """Build the model (a ModelSpec from its numpy weights, a Network by its builder) and its batch, and return
+        the op ready to time, not yet called (its first call, with the trace or compile, is timed apart); raise
+        Unsupported where the model can't run it here."""
 
     def matmul(self, n: int) -> Step:
         """An n×n @ n×n product at the configured precision: what the device sustains (the MFU's peak)."""
@@ -104,6 +110,14 @@ def validate_op(spec: Any, op: str) -> None:
         raise ValueError(f"unknown op {op!r}; ops: {', '.join(OPS)}")
     if op == "training" and not spec.trainable:
         raise Unsupported(f"{spec.name} has constant weights (seed 004); use ops=[inference,grad]")
+
+
+def validate_side(spec: Any, framework: str) -> None:
+    """A user's network measures only in the frameworks it declares a builder for."""
+    if isinstance(spec, Network) and spec.builder(framework) is None:
+        missing = {"jax": "Flax NNX module (flax=...)", "torch": "torch module (torch=...)"}[framework]
+        raise Unsupported(f"{spec.name} declares no {missing}: only {'jax' if framework == 'torch' else 'torch'} "
+                          "measures it")
 
 
 def unsupported(framework: str, layer: Any) -> Unsupported:

@@ -1,4 +1,5 @@
-"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC).
+"""JAX/Flax-NNX adapter: standard nnx layers built from the spec's numpy weights, channels-last (NHWC), or a user's
+nnx module from its builder; both measured alike.
 
 compile=True: `nnx.split` once, then `jax.jit` of pure functions of the state (graphdef closed over, training state
 donated, Adam as plain optax on the split params); compile=False: the same functions, eager, op by op.
@@ -19,29 +20,51 @@ import optax
 from flax import nnx
 
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, validate_op
+from experiments.measure.backends import Step, Unavailable, validate_op, validate_side
 from experiments.measure.backends.jax_layers import dtype, make_model
-from models import ModelSpec
+from models import Model, ModelSpec, Network
+
+# Each loss on (output, target); cross-entropy written with jax.nn (optax's would sit under /optax/ in the profile's
+# source stacks, where the optimizer's work is found).
+LOSSES = {
+    "sse": lambda yhat, y: jnp.sum((yhat - y) ** 2),
+    "mean": lambda yhat, y: jnp.mean(yhat),
+    "cross_entropy": lambda yhat, y: -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(yhat), y[..., None], -1)),
+}
+
 
 def split(model: nnx.Module):
     """(graphdef, params, rest): rest holds BatchNorm stats and matmul_chain's constants."""
     return nnx.split(model, nnx.Param, ...)
 
 
-def to_input(a: np.ndarray, precision: str, device, memory_format: str = "nhwc") -> jax.Array:
-    """A canonical (channels-last) batch, as is: XLA's layout is NHWC (`configure` rejects any other)."""
-    return jax.device_put(jnp.asarray(a, dtype(precision)), device)
+def to_input(a: np.ndarray, of, precision: str, device, memory_format: str = "nhwc") -> jax.Array:
+    """A canonical batch as is (`of`: what it is, models.Image, Tokens...): images stay channels-last, XLA's layout
+    (`configure` rejects any other); floats in the run's precision; integer tokens and labels stay int32."""
+    kind = a.dtype if np.issubdtype(a.dtype, np.integer) else dtype(precision)
+    return jax.device_put(jnp.asarray(a, kind), device)
 
 
-def make_loss(spec: ModelSpec, model: nnx.Module):
+def build(spec: Model, seed: int, precision: str, train: bool) -> nnx.Module:
+    """The model in train or eval mode: the DSL's from its canonical weights, a user's from its Flax builder (its
+    floating-point variables cast to the run's precision)."""
+    if not isinstance(spec, Network):
+        return make_model(spec, spec.init(seed), precision, train)
+    model = spec.flax()
+    state = nnx.state(model)
+    nnx.update(model, jax.tree.map(lambda a: a.astype(dtype(precision)) if jnp.issubdtype(a.dtype, jnp.floating)
+                                   else a, state))
+    model.train() if train else model.eval()
+    return model
+
+
+def make_loss(spec: Model, model: nnx.Module):
     """Pure loss(params, rest, x, y) -> (value, new rest) of the split model; train-mode BatchNorm updates rest."""
-    graphdef = split(model)[0]
+    graphdef, of = split(model)[0], LOSSES[spec.loss]
 
     def loss(params, rest, x, y):
         model = nnx.merge(graphdef, params, rest, copy=True)  # fresh Variables: BatchNorm may update them in a trace
-        yhat = model(x)
-        value = jnp.sum((yhat - y) ** 2) if spec.loss == "sse" else jnp.mean(yhat)
-        return value, split(model)[2]
+        return of(model(x), y), split(model)[2]
 
     return loss
 
@@ -63,18 +86,25 @@ def canonical(state) -> dict[str, np.ndarray]:
             for path, v in nnx.to_flat_state(state)}
 
 
-def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """Eval-mode output at fp32 on the default device, for parity tests."""
-    model = make_model(spec, params, "fp32", train=False)
-    return np.asarray(model(to_input(x, "fp32", None)))
+def from_output(spec: Model, out: jax.Array) -> np.ndarray:
+    """An output as a canonical numpy array: jax's are canonical already (images channels-last)."""
+    return np.asarray(out)
 
 
-def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
-    """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
+def forward(spec: Model, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Eval-mode output at fp32 on the default device, for parity tests (jitted: one compile, where eager jax
+    compiles each primitive, 3-15 s for a transformer's gradient)."""
+    graphdef, p, rest = split(make_model(spec, params, "fp32", train=False))
+    out = jax.jit(lambda p, rest, x: nnx.merge(graphdef, p, rest)(x))(p, rest, to_input(x, spec.input, "fp32", None))
+    return from_output(spec, out)
+
+
+def loss_and_grads(spec: Model, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models), jitted."""
     model = make_model(spec, params, "fp32", train=True)
     _, p, rest = split(model)
-    x, y = (to_input(a, "fp32", None) for a in (x, y))
-    value, g = make_grad(spec, make_loss(spec, model))(p, rest, x, y)
+    x, y = to_input(x, spec.input, "fp32", None), to_input(y, spec.target, "fp32", None)
+    value, g = jax.jit(make_grad(spec, make_loss(spec, model)))(p, rest, x, y)
     return float(value), canonical(g) if spec.trainable else np.asarray(g)
 
 
@@ -139,11 +169,13 @@ class Backend:
         self.setup = setup
         return device_name(self.device)
 
-    def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
+    def prepare(self, spec: Model, op: str, batch: int, seed: int) -> Step:
         validate_op(spec, op)
+        validate_side(spec, "jax")
         precision = self.setup.precision
-        x, y = (to_input(a, precision, self.device) for a in spec.make_batch(batch, seed))
-        model = make_model(spec, spec.init(seed), precision, train=op != "inference")
+        x, y = spec.make_batch(batch, seed)
+        x, y = to_input(x, spec.input, precision, self.device), to_input(y, spec.target, precision, self.device)
+        model = build(spec, seed, precision, train=op != "inference")
         graphdef, p, rest = split(model)
         jit = jax.jit if self.setup.compile else lambda f, **_: f
         if op == "inference":
@@ -185,8 +217,13 @@ class Backend:
                 return leaves, x, y  # the current state: lowering reads only shapes and dtypes
         if not self.setup.compile:
             return Step(fn, jax.block_until_ready, device_of)
+
+        def compiled():
+            return jitted.lower(*args()).compile()  # lowering reads only shapes and dtypes; jax caches it
+
         return Step(fn, jax.block_until_ready, device_of, compiles=jitted._cache_size,
-                    program=lambda: jitted.lower(*args()).compile().as_text())  # XLA's optimized HLO (cached)
+                    program=lambda: compiled().as_text(),  # XLA's optimized HLO
+                    cost=lambda: cost_flops(compiled().cost_analysis()))
 
     def matmul(self, n: int) -> Step:
         a = jax.device_put(jnp.ones((n, n), dtype(self.setup.precision)) / n, self.device)
@@ -212,6 +249,11 @@ class Backend:
         if "XLA_FLAGS" in os.environ:
             env["xla_flags"] = os.environ["XLA_FLAGS"]
         return env
+
+
+def cost_flops(cost) -> int:
+    """XLA's FLOP count from a compiled program's cost analysis (a dict in jax 0.10, a list of dicts before)."""
+    return int((cost[0] if isinstance(cost, list) else cost)["flops"])
 
 
 def device_of(out) -> str:

@@ -23,7 +23,7 @@ from jax.profiler import ProfileData
 
 from experiments.common.protocol import Setup
 from experiments.measure.backends import Span, Step, Traced
-from experiments.measure.categories import HLO, JAX_LAYERS, JAX_PRIMITIVES, first_match
+from experiments.measure.categories import HLO, JAX_LAYERS, JAX_PRIMITIVES, JAX_WHOLE_LAYERS, first_match
 
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[^\s=]+) = .*? (?P<opcode>[a-z][a-z0-9\-_]*)\((?P<rest>.*)$")
 COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%(?P<name>[^\s(]+) \(.*\{\s*$")
@@ -127,14 +127,17 @@ class Hlo:
         return out - {"parameter", "tuple", "get-tuple-element", "fusion", "call"}
 
     def context(self, name: str) -> tuple[str | None, str | None]:
-        """(optimizer, loss, model or None; the innermost model layer's category or None), from the source stack
-        of the instruction, else of the first instruction it fuses that has one."""
+        """(optimizer, loss, model, whole or None; the innermost model layer's category, or the category of a layer
+        that takes all of its work (`JAX_WHOLE_LAYERS`, any frame), or None), from the source stack of the
+        instruction, else of the first instruction it fuses that has one."""
         i = self.ins[name]
         for frame in [i["frame"]] + [self.ins[n]["frame"] for c in i["calls"] for n in self.comps.get(c, [])]:
             stack = self.stack(frame)
             if any("/optax/" in f for f, _ in stack):
                 return "optimizer", None
             if any("/flax/" in f or f.endswith("jax_layers.py") for f, _ in stack):
+                if whole := next((c for _, fn in stack for p, c in JAX_WHOLE_LAYERS if re.search(p, fn)), None):
+                    return "whole", whole
                 return "model", next((c for _, fn in stack for p, c in JAX_LAYERS if re.search(p, fn)), None)
             if any(fn.startswith("make_loss") for _, fn in stack):
                 return "loss", None
@@ -152,6 +155,8 @@ class Hlo:
             kind = self.kind(name)
             if where in ("optimizer", "loss"):
                 cat = where
+            elif where == "whole":
+                cat = layer
             elif kind in ("elementwise", "fill") and layer:
                 cat = layer
             elif (kind == "fill" or where is None and "reduce-window" in self.opcodes(name)) and depth < 4:

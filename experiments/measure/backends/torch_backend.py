@@ -1,4 +1,5 @@
-"""PyTorch adapter: nn layers built from the spec's numpy weights in NCHW / OIHW / (out, in) layouts.
+"""PyTorch adapter: nn layers built from the spec's numpy weights in NCHW / OIHW / (out, in) layouts, or a user's
+nn.Module from its builder; both measured alike.
 
 compile=False: eager. compile=True: `torch.compile(dynamic=False)` of the forward (inference, under no_grad) or of
 forward+loss (grad, training), whose backward AOTAutograd compiles too; the Adam step stays eager (foreach).
@@ -11,50 +12,77 @@ which torch reads as channels_last, and oneDNN then took its NHWC kernels (LeNet
 """
 from __future__ import annotations
 
+import contextlib
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils import flop_counter
 from torch.utils._pytree import tree_leaves
 
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, validate_op
+from experiments.measure.backends import Step, Unavailable, validate_op, validate_side
 from experiments.measure.backends.torch_layers import dtype, make_model
-from models import ModelSpec, is_stat
+from models import Image, Model, Network, is_stat
 
 FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+# Each loss on (output, target); cross-entropy over the last axis, the mean over samples and positions.
+LOSSES = {
+    "sse": lambda yhat, y: ((yhat - y) ** 2).sum(),
+    "mean": lambda yhat, y: yhat.mean(),
+    "cross_entropy": lambda yhat, y: F.cross_entropy(yhat.flatten(0, -2), y.flatten()),
+}
 
 
-def to_input(a: np.ndarray, precision: str, device, memory_format: str = "contiguous") -> torch.Tensor:
-    """Channels-last canonical batch -> an NCHW tensor whose strides are those of `memory_format` (images),
-    or as is; made with fresh strides, so no size-1 dimension can leave the layout ambiguous."""
+def to_input(a: np.ndarray, of, precision: str, device, memory_format: str = "contiguous") -> torch.Tensor:
+    """A canonical batch as torch takes it (`of`: what it is, models.Image, Tokens...): images channels-last ->
+    NCHW with the strides of `memory_format`, made fresh so no size-1 dimension can leave the layout ambiguous;
+    floats in the run's precision; integer tokens and labels as int64 (torch's index type: cross_entropy takes
+    no other), never the run's precision."""
     src = torch.from_numpy(a)
-    if a.ndim == 4:
+    image = isinstance(of, Image)
+    if image:
         src = src.permute(0, 3, 1, 2)
-    fmt = FORMATS[memory_format] if a.ndim == 4 else torch.contiguous_format
-    return torch.empty(src.shape, dtype=dtype(precision), device=device, memory_format=fmt).copy_(src)
+    kind = torch.int64 if np.issubdtype(a.dtype, np.integer) else dtype(precision)
+    fmt = FORMATS[memory_format] if image else torch.contiguous_format
+    return torch.empty(src.shape, dtype=kind, device=device, memory_format=fmt).copy_(src)
 
 
-def make_loss(spec: ModelSpec, model: nn.Module):
+def build(spec: Model, seed: int, precision: str, train: bool) -> nn.Module:
+    """The model in train or eval mode: the DSL's from its canonical weights, a user's from its torch builder
+    (after torch.manual_seed(seed); its floating-point weights in the run's precision), on the CPU."""
+    if not isinstance(spec, Network):
+        return make_model(spec, spec.init(seed), precision, train)
+    torch.manual_seed(seed)
+    return spec.torch().to(dtype=dtype(precision)).train(train)
+
+
+def make_loss(spec: Model, model: nn.Module):
     """loss(x, y) of the model, for autograd."""
-    if spec.loss == "sse":
-        return lambda x, y: ((model(x) - y) ** 2).sum()
-    return lambda x, y: model(x).mean()
+    of = LOSSES[spec.loss]
+    return lambda x, y: of(model(x), y)
 
 
-def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+def from_output(spec: Model, out: torch.Tensor) -> np.ndarray:
+    """An output as a canonical numpy array: an image back to channels-last."""
+    return (out.permute(0, 2, 3, 1) if isinstance(spec.target, Image) else out).detach().cpu().numpy()
+
+
+def forward(spec: Model, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Eval-mode output at fp32 on the CPU, for parity tests."""
     model = make_model(spec, params, "fp32", train=False)
     with torch.no_grad():
-        return model(to_input(x, "fp32", "cpu")).numpy()
+        return from_output(spec, model(to_input(x, spec.input, "fp32", "cpu")))
 
 
-def loss_and_grads(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+def loss_and_grads(spec: Model, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
     """Train-mode loss and gradients in the canonical layout (w.r.t. x for constant-weight models)."""
     model = make_model(spec, params, "fp32", train=True)
-    xt = to_input(x, "fp32", "cpu").requires_grad_(not spec.trainable)
-    loss = make_loss(spec, model)(xt, to_input(y, "fp32", "cpu"))
+    xt = to_input(x, spec.input, "fp32", "cpu").requires_grad_(not spec.trainable)
+    loss = make_loss(spec, model)(xt, to_input(y, spec.target, "fp32", "cpu"))
     loss.backward()
     if not spec.trainable:
         return loss.item(), xt.grad.numpy()
@@ -88,8 +116,9 @@ class Backend:
         torch.set_float32_matmul_precision("high" if setup.tf32 else "highest")
         return str(self.device)
 
-    def prepare(self, spec: ModelSpec, op: str, batch: int, seed: int) -> Step:
+    def prepare(self, spec: Model, op: str, batch: int, seed: int) -> Step:
         validate_op(spec, op)
+        validate_side(spec, "torch")
         s = self.setup
         graphs = torch._dynamo.utils.counters["stats"]
         compiled_before = graphs["unique_graphs"]
@@ -98,9 +127,11 @@ class Backend:
             program = generated_code()
         mode = None if s.compile_mode == "default" else s.compile_mode
         jit = (lambda f: torch.compile(f, dynamic=False, mode=mode)) if s.compile else (lambda f: f)
-        model = make_model(spec, spec.init(seed), s.precision, train=op != "inference")
+        model = build(spec, seed, s.precision, train=op != "inference")
         model = model.to(self.device, memory_format=FORMATS[s.memory_format])
-        x, y = (to_input(a, s.precision, self.device, s.memory_format) for a in spec.make_batch(batch, seed))
+        x, y = spec.make_batch(batch, seed)
+        x = to_input(x, spec.input, s.precision, self.device, s.memory_format)
+        y = to_input(y, spec.target, s.precision, self.device, s.memory_format)
         if op == "inference":
             infer = jit(model)
 
@@ -109,7 +140,7 @@ class Backend:
                     return infer(x)
         elif op == "grad":
             loss = jit(make_loss(spec, model))
-            wrt = list(model.parameters()) if spec.trainable else [x.requires_grad_()]
+            wrt = [p for p in model.parameters() if p.requires_grad] if spec.trainable else [x.requires_grad_()]
 
             def fn():
                 value = loss(x, y)
@@ -128,7 +159,7 @@ class Backend:
         if mode == "reduce-overhead":
             fn = marked(fn)
         if not s.compile:
-            return Step(fn, sync_of(self.device), device_of)
+            return Step(fn, sync_of(self.device), device_of, cost=lambda: count_flops(fn))
         return Step(fn, sync_of(self.device), device_of, compiles=lambda: graphs["unique_graphs"] - compiled_before,
                     program=program)
 
@@ -158,6 +189,84 @@ class Backend:
         if cuda and torch.backends.cudnn.is_available():
             env["cudnn_version"] = str(torch.backends.cudnn.version())
         return env
+
+
+class _GlobalOnly(contextlib.nullcontext):
+    """All that FlopCounterMode asks of its module tracker when only the global total is kept."""
+
+    parents = {"Global"}
+
+
+def count_flops(fn) -> int:
+    """torch's FlopCounterMode around one eager call of `fn`: 2 FLOPs per multiply-add of its matmuls and
+    convolutions (and of the formulas below), nothing elementwise.
+
+    Its per-module tracker is swapped for a no-op: its hooks break torch.autograd.grad w.r.t. a leaf input
+    (matmul_chain's grad: "A leaf node was passed to _will_engine_execute_node", pytorch/pytorch#131753), and
+    only the global total is wanted.
+    """
+    counter = flop_counter.FlopCounterMode(display=False)
+    counter.mod_tracker = _GlobalOnly()
+    with counter:
+        fn()
+    return counter.get_total_flops()
+
+
+# The counter has no formula for the CPU's fused attention and LSTM kernels (it counted 0 for both): these are
+# torch's own formulas for its GPU attention kernels (both bmm's of the scores and of the values, and the four of
+# their gradients), and the LSTM's matmuls (4 gates × (input + hidden) per step; the backward twice that: the
+# weights' gradients and those of the input and the previous step).
+def _sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def _lstm(input_shape, w_ih_shape, w_hh_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * math.prod(input_shape[:-1]) * w_ih_shape[0] * (w_ih_shape[1] + w_hh_shape[1])
+
+
+def _lstm_backward(input_shape, w_ih_shape, w_hh_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _lstm(input_shape, w_ih_shape, w_hh_shape)
+
+
+for _ops, _formula in (([torch.ops.aten._scaled_dot_product_flash_attention_for_cpu], _sdpa),
+                       ([torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward], _sdpa_backward),
+                       ([torch.ops.aten.mkldnn_rnn_layer], _lstm),
+                       ([torch.ops.aten.mkldnn_rnn_layer_backward], _lstm_backward)):
+    if _ops[0] not in flop_counter.flop_registry:  # a later torch may count them itself
+        flop_counter.register_flop_formula(_ops)(_formula)
+
+
+_stock_conv_backward = flop_counter.conv_backward_flop.__wrapped__  # on shapes, as registered formulas see them
+
+
+def _grouped_conv_backward(grad_out_shape, x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """torch's formula with the weight gradient's count divided by the groups, as pytorch/pytorch#183405 fixes:
+    the stock one counts a depthwise conv's weight gradient as a dense conv's (dscnn's grad at 8 channels:
+    4,290,304 against 2,274,304 counted from its layers)."""
+    groups, output_mask = args[6], args[7]
+    count = _stock_conv_backward(grad_out_shape, x_shape, w_shape, *args, out_shape=out_shape, **kwargs)
+    if groups > 1 and output_mask[1]:
+        def t(shape):
+            return [shape[1], shape[0], *shape[2:]]
+
+        weight = flop_counter.conv_flop_count(t(x_shape), t(grad_out_shape), t(w_shape))
+        count -= weight - weight // groups
+    return count
+
+
+def _counts_groups() -> bool:
+    """Whether this torch's formula already divides the weight gradient by the groups (a 1×1 depthwise conv of 2
+    channels on one pixel: 4 FLOPs for the weight gradient, 8 if counted as dense)."""
+    return _stock_conv_backward([1, 2, 1, 1], [1, 2, 1, 1], [2, 1, 1, 1], None, [1, 1], [0, 0], [1, 1], False, [0, 0],
+                                2, [False, True, False], out_shape=[None, [2, 1, 1, 1]]) == 4
+
+
+if not _counts_groups():
+    flop_counter.flop_registry[torch.ops.aten.convolution_backward] = flop_counter.shape_wrapper(_grouped_conv_backward)
 
 
 def generated_code():

@@ -1,0 +1,168 @@
+"""Whether two frameworks compute the same function for one model, once, before its points are trusted: a user's
+network has its torch weights copied into its Flax module through its weight map, then the eval-mode outputs, the
+loss and every mapped parameter's gradient are compared at fp32 on the CPU (a model of the layer DSL: from its
+canonical weights, as tests/measure/test_parity.py does). With its FLOPs counted by one framework for both
+(`counted`), it is `python -m experiments.measure.parity MODEL_JSON [OP:BATCH ...]`: it imports and
+configures both frameworks, so it runs in a process of its own, never in a measuring worker.
+
+Eval mode, because there both frameworks are deterministic: dropout is off and BatchNorm reads its running
+statistics. No framework can match another's dropout stream, so train-mode randomness is not compared.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import models
+from experiments.common.protocol import Json
+from experiments.measure.backends import SMOKE, load, module
+from experiments.measure.flops import flops, source
+from models import Model, Network, is_stat, to_flax
+
+TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the largest magnitude in it (as the tests)
+
+
+@dataclass(frozen=True)
+class Parity(Json):
+    """ok: every compared tensor within TOLERANCE; failed: one is not, or a side could not run; unchecked: nothing
+    to compare (a single framework, or no weight map)."""
+
+    status: str  # ok, failed or unchecked
+    worst: float | None = None  # the largest relative error seen
+    where: str = ""  # the tensor it was seen in: output, loss, or "<flax path> <- <torch name>" (a gradient)
+    reason: str = ""  # why unchecked, or what failed
+    params: dict[str, int] = field(default_factory=dict)  # trainable parameters per framework, as each side counts
+
+
+@dataclass(frozen=True)
+class FlopCount(Json):
+    op: str
+    batch: int
+    flops: int
+    source: str  # flops_source: layers, declared, torch or xla
+
+
+@dataclass(frozen=True)
+class Proof(Json):
+    """What the once-per-sweep process answers for one model."""
+
+    parity: Parity
+    flops: list[FlopCount]
+
+
+def relative(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a − b| relative to max |b| (b: the torch side), 0 where both are zero."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = np.abs(b).max() if b.size else 0.0
+    return float(np.abs(a - b).max() / scale) if scale else float(np.abs(a - b).max() if a.size else 0.0)
+
+
+def verdict(errors: dict[str, float], params: dict[str, int]) -> Parity:
+    where = max(errors, key=errors.get)
+    ok = errors[where] <= TOLERANCE
+    return Parity("ok" if ok else "failed", errors[where], where,
+                  "" if ok else f"{where} differs by {errors[where]:.2g} (tolerance {TOLERANCE:g})", params)
+
+
+def check(spec: Model, seed: int = 0, batch: int = 2) -> Parity:
+    """Compare the two frameworks on one batch; both backends are configured for the CPU at fp32 first."""
+    if isinstance(spec, Network):
+        if spec.torch is None or spec.flax is None:
+            return Parity("unchecked", reason=f"only {'torch' if spec.torch else 'jax'} is declared: nothing to "
+                          "compare with", params=dict(spec.params))
+        if spec.weights is None:
+            return Parity("unchecked", reason="no weight map (Network.weights): the two sides' weights can't be "
+                          "made equal", params=dict(spec.params))
+    for framework in ("jax", "torch"):
+        load(framework).configure(SMOKE[framework])
+    try:
+        return network(spec, seed, batch) if isinstance(spec, Network) else layers(spec, seed, batch)
+    except Exception as e:  # the user's code, or a framework refusing it: a failed check, said in one line
+        return Parity("failed", reason=f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
+
+
+def layers(spec: models.ModelSpec, seed: int, batch: int) -> Parity:
+    jb, tb = module("jax"), module("torch")
+    params, (x, y) = spec.init(seed), spec.make_batch(batch, seed)
+    errors = {"output": relative(jb.forward(spec, params, x), tb.forward(spec, params, x))}
+    la, ga = jb.loss_and_grads(spec, params, x, y)
+    lb, gb = tb.loss_and_grads(spec, params, x, y)
+    errors["loss"] = relative(la, lb)
+    errors |= {k: relative(ga[k], gb[k]) for k in gb} if spec.trainable else {"input": relative(ga, gb)}
+    count = spec.param_count()
+    return verdict(errors, {"jax": count, "torch": count})
+
+
+def network(net: Network, seed: int, batch: int) -> Parity:
+    import jax  # this process compares both frameworks
+    import torch
+    from flax import nnx
+
+    jb, tb = module("jax"), module("torch")
+    tmodel = tb.build(net, seed, "fp32", train=False)
+    fmodel = jb.build(net, seed, "fp32", train=False)
+    mapping = net.weight_map()
+    torch_values = {k: v.detach().numpy() for k, v in [*tmodel.named_parameters(), *tmodel.named_buffers()]}
+    state = [(path, var.replace(jax.numpy.asarray(to_flax(key, torch_values[mapping[key][0]], mapping[key][1])))
+              if (key := ".".join(map(str, path))) in mapping else var)
+             for path, var in nnx.to_flat_state(nnx.state(fmodel))]
+    nnx.update(fmodel, nnx.from_flat_state(state))
+    params = {"jax": sum(int(np.size(v.get_value())) for _, v in nnx.to_flat_state(nnx.state(fmodel, nnx.Param))),
+              "torch": sum(p.numel() for p in tmodel.parameters() if p.requires_grad)}
+
+    x, y = net.make_batch(batch, seed)
+    xt, yt = tb.to_input(x, net.input, "fp32", "cpu"), tb.to_input(y, net.target, "fp32", "cpu")
+    xj, yj = jb.to_input(x, net.input, "fp32", None), jb.to_input(y, net.target, "fp32", None)
+    graphdef, p, rest = jb.split(fmodel)
+    with torch.no_grad():
+        out_t = tb.from_output(net, tmodel(xt))
+    out_j = jb.from_output(net, jax.jit(lambda p, rest, x: nnx.merge(graphdef, p, rest)(x))(p, rest, xj))
+    if out_j.shape != out_t.shape:
+        return Parity("failed", reason=f"the outputs differ in shape: jax {out_j.shape}, torch {out_t.shape} "
+                      "(images: jax NHWC, torch NCHW)", params=params)
+    errors = {"output": relative(out_j, out_t)}
+
+    loss_t = tb.make_loss(net, tmodel)(xt, yt)
+    loss_t.backward()
+    loss_j, grads = jax.jit(jb.make_grad(net, jb.make_loss(net, fmodel)))(p, rest, xj, yj)
+    errors["loss"] = relative(float(loss_j), float(loss_t.detach()))
+    grads = {".".join(map(str, path)): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(grads)}
+    torch_params = dict(tmodel.named_parameters())
+    for key, (name, axes) in mapping.items():
+        if key in grads and name in torch_params and torch_params[name].grad is not None and not is_stat(key):
+            errors[f"{key} <- {name}"] = relative(grads[key], to_flax(key, torch_params[name].grad.numpy(), axes))
+    return verdict(errors, params)
+
+
+def counted(spec: Model, op: str, batch: int, seed: int = 0) -> FlopCount:
+    """FLOPs of one call, one number for both frameworks, and where it comes from (`flops.source`): a user's
+    network without a declared count is counted by one framework for all (torch's FlopCounterMode on an eager
+    call, else XLA's cost analysis of the jitted step, on the CPU at fp32), configured here for it."""
+    where = source(spec)
+    if where in ("layers", "declared"):
+        return FlopCount(op, batch, flops(spec, op, batch), where)
+    framework = "torch" if where == "torch" else "jax"
+    backend = load(framework)
+    backend.configure(SMOKE[framework])  # torch eager, jax jit: where each framework has its count
+    return FlopCount(op, batch, backend.prepare(spec, op, batch, seed).cost(), where)
+
+
+def prove(spec: Model, points: list[tuple[str, int]], seed: int = 0) -> Proof:
+    """Parity, and the FLOPs of each (op, batch) from one source for both frameworks."""
+    return Proof(check(spec, seed), [counted(spec, op, batch, seed) for op, batch in points])
+
+
+def main(argv: list[str]) -> int:
+    """`MODEL_JSON [OP:BATCH ...]`: the model as models.load takes it ({"name": ..., keys}); prints one Proof."""
+    keys = json.loads(argv[0])
+    spec = models.load(**keys)
+    points = [(op, int(b)) for op, _, b in (a.partition(":") for a in argv[1:])]
+    print(prove(spec, points).to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
