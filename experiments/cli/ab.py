@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +46,8 @@ def values(axis: str) -> tuple[str, list[str]]:
     try:
         (override,) = OverridesParser.create().parse_overrides([axis])
         vs = list(override.sweep_string_iterator()) if override.is_sweep_override() else []
+        raw = getattr(override.value(), "list", None) or vs  # a choice sweep's elements: true, not Hydra's True
+        vs = [v.lower() if isinstance(r, bool) else v for v, r in zip(vs, raw)]
     except Exception as e:  # Hydra's own parse errors
         raise BadInput(f"{axis!r} is not AXIS=A,B ({str(e).splitlines()[0]}): e.g. framework.compile=true,false")
     if len(vs) != 2:
@@ -70,40 +73,60 @@ def run(a: argparse.Namespace) -> int:
     key, (va, vb) = values(a.axis)
     if key in {o.lstrip("+~").split("=", 1)[0] for o in a.overrides}:
         raise BadInput(f"{key} is the axis compared: set it only in AXIS=A,B")
-    register()
-    side_jobs = [jobs([*a.overrides, f"{key}={v}"]) for v in (va, vb)]
-    if any(j.framework == "external" for js in side_jobs for j in js):
-        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
-                       "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
-    if len(side_jobs[0]) != len(side_jobs[1]):
-        raise BadInput(f"{key}={va} makes {len(side_jobs[0])} jobs and {key}={vb} {len(side_jobs[1])}: sweep the "
-                       "other axes the same on both sides")
     try:
         design = pairs.Design(a.burst_ms / 1e3, a.rounds, a.pairs, a.max_pairs, a.order)
     except ValueError as e:
-        raise BadInput(f"{e}: e.g. --pairs 6 --max-pairs 12 --rounds 30 --burst-ms 50") from None
+        raise BadInput(f"{e}: e.g. --pairs 6 --max-pairs 12 --rounds 75 --burst-ms 20") from None
+    register()
+    side_jobs = []
+    for v in (va, vb):
+        side_jobs.append(jobs([*a.overrides, f"{key}={v}"]))
+        if any(j.framework == "external" for j in side_jobs[-1]):
+            raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                           "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
+    if len(side_jobs[0]) != len(side_jobs[1]):
+        raise BadInput(f"{key}={va} makes {len(side_jobs[0])} jobs and {key}={vb} {len(side_jobs[1])}: sweep the "
+                       "other axes the same on both sides")
+    for ja, jb in zip(*side_jobs):
+        if ja.points != jb.points:
+            raise BadInput(f"{key}={va} and {key}={vb} measure different points ({ja.points} against {jb.points}): "
+                           "set batch_size=N and ops=[...]")
     out = a.out or Path(tempfile.mkdtemp(prefix="nnbench-ab-"))
     rows = []
     for i, (ja, jb) in enumerate(zip(*side_jobs)):
-        if [p.batch_size for p in ja.points] != [p.batch_size for p in jb.points]:
-            raise BadInput(f"{key}={va} and {key}={vb} measure different batch sizes ({ja.points} against "
-                           f"{jb.points}): set batch_size=N")
         where = out / f"job-{i}"
         sides = [pairs.Side.of(j, f"{key}={v}", where / f"cache-{n}") for j, v, n in ((ja, va, "A"), (jb, vb, "B"))]
         judge = lambda lr: judge_pairs(lr, a.threshold)  # noqa: E731
         for c in pairs.compare(*sides, design, judge, where, on_pair=progress(ja.model)):
             rows.append({"model": ja.model, "op": c.op, "batch_size": c.batch_size, "a": sides[0].label,
-                         "b": sides[1].label, "skipped": c.skipped, **asdict(c.verdict)})
+                         "b": sides[1].label, "skipped": c.skipped,
+                         **{k: None if v != v else v for k, v in asdict(c.verdict).items()},  # NaN: no interval
+                         "oversubscribed": oversubscribed(c, {"A": ja.framework, "B": jb.framework})})
     print(json.dumps(rows, indent=1) if a.json else table(rows))
-    print(f"\npairs' files (every burst's samples): {out}")
+    for r in [] if a.json else rows:  # the JSON holds them
+        for name, (n, hint) in r["oversubscribed"].items():
+            print(f"OVERSUBSCRIBED: {r['model']} {r['op']} bs{r['batch_size']} {r[name.lower()]}: in {n} of "
+                  f"{r['pairs']} pairs, {hint}")
+    print(f"\npairs' files (every burst's samples): {out}", file=sys.stderr)
     return OK
+
+
+def oversubscribed(c, frameworks: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """Per side, in how many pairs its threads outnumbered the free cores, and the last hint."""
+    out = {}
+    for name, fw in frameworks.items():
+        hints = [h for p in c.pairs if p.ok and (h := p.oversubscribed(name, fw))]
+        if hints:
+            out[name] = (len(hints), hints[-1])
+    return out
 
 
 def progress(model: str):
     def said(c, pair) -> None:
         what = pair.failure or (f"B/A {math.exp(pair.log_ratio):.3f}" if pair.log_ratio is not None else
                                 f"skipped: {c.skipped}")
-        print(f"{model} {c.op} bs{c.batch_size}: pair {pair.index + 1}: {what} ({pair.wall_s:.1f} s)", flush=True)
+        print(f"{model} {c.op} bs{c.batch_size}: pair {pair.index + 1}: {what} ({pair.wall_s:.1f} s)", file=sys.stderr,
+              flush=True)
     return said
 
 
@@ -111,7 +134,7 @@ def table(rows: list[dict]) -> str:
     from tabulate import tabulate  # only once measured
 
     body = [[r["model"], r["op"], r["batch_size"], f"{r['ratio']:.3f}",
-             f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if not math.isnan(r["ci_low"]) else "",
+             f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] is not None else "",
              r["skipped"] and f"skipped: {r['skipped']}" or r["verdict"], r["pairs"]] for r in rows]
     head = f"B/A: {rows[0]['b']} over {rows[0]['a']} (above 1: slower)\n" if rows else ""
     return head + tabulate(body, ["model", "op", "batch", "B/A", "95% interval", "verdict", "pairs"],

@@ -11,7 +11,7 @@ both running, 3.2% with the idle one stopped, torch LeNet bs32 inference on 2 co
 which holds every thread, and its children too) and continued for its turn (SIGCONT), which leaves every measured
 setting (threads, wait policy) alone. The fork servers wait in waitpid and the parent in a read: neither spins.
 
-The unit of evidence is one pair: log(B/A) from the ratio of the medians of all its bursts (`stats.pair_log_ratio`).
+The unit of evidence is one pair: log(B/A), the median of its rounds' log ratios (`stats.pair_log_ratio`).
 The judge (report/verdict.py's `judge_pairs`, handed in by the caller) turns each point's pair ratios into a
 verdict; a point it leaves inconclusive gets more pairs, up to `Design.max_pairs`.
 """
@@ -40,10 +40,13 @@ from experiments.harness import manager
 from experiments.measure import stats
 from experiments.measure.meter import background_cores, oversubscription
 
-# Burst length: chosen by `python -m experiments.selfcheck.paired` (docs/comparing.md): 20-200 ms bursts, A/A pairs
-# of torch LeNet bs32 inference with the same total burst time per side.
-BURST_S = 0.05
-ROUNDS = 30  # bursts per side per pair: 1.5 s of each side's samples at 50 ms
+# Burst length, chosen with `python -m experiments.selfcheck.paired` (docs/comparing.md): A/A pairs of torch LeNet
+# bs32 inference (one thread), 1.5 s of bursts per side per pair, other work using 1.3-1.5 of the 2 cores: the
+# pairs' log ratios spread 3.4% (SD, 46 pairs) with 20 ms bursts, 4.8% (44) with 50 ms, 5.3% (28) with 100 ms and
+# 5.2% (28) with 200 ms; a pair took 5.5 s against 4.2-4.5 s (each burst's stop and continue), still the most
+# precision per second. Other programs' load comes and goes faster than 50 ms: a round's two bursts share more of it.
+BURST_S = 0.02
+ROUNDS = 75  # bursts per side per pair: 1.5 s of each side's samples
 PAIRS = 6  # fresh pairs per point, at first
 MAX_PAIRS = 12  # an inconclusive point gets more pairs, up to this many
 ORDERS = ("abba", "random")  # the sides' order within each round: alternating (AB, BA, AB, ...) or drawn at random
@@ -109,7 +112,7 @@ class PairResult(Json):
 
     @property
     def log_ratio(self) -> float | None:
-        """log(B/A): the median of all B's samples over the median of all A's; None for a failed pair."""
+        """log(B/A): the median of the rounds' log ratios; None for a failed pair."""
         if not self.ok:
             return None
         return stats.pair_log_ratio([x.samples_s for x in self.a_bursts], [x.samples_s for x in self.b_bursts])
@@ -122,7 +125,10 @@ class PairResult(Json):
     def oversubscribed(self, side: str, framework: str) -> str | None:
         """Where this side's intra-op threads outnumbered the cores free during its bursts: why, and what to set."""
         p = self.a if side == "A" else self.b
-        return oversubscription(framework, p.threads, p.cores, self.busy_cores(side)) if p and p.cores else None
+        if p is None or not p.cores:
+            return None
+        machine = int(p.machine.get("cpu_count_logical", p.cores))
+        return oversubscription(framework, p.threads, p.cores, self.busy_cores(side), machine)
 
 
 class Judgment(Protocol):
@@ -231,22 +237,26 @@ class PairedWorker:
         return Burst.from_json(self.read(self.side.timeout_s + 100 * seconds))
 
     def stop(self) -> None:
-        """Stop the worker and whatever it started, and wait until every thread of each has stopped."""
-        with contextlib.suppress(psutil.Error):
-            self.family = [self.worker.pid, *(c.pid for c in psutil.Process(self.worker.pid).children(recursive=True))]
-        for pid in self.family:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
+        """Stop the worker and whatever it started, and wait until every thread of each has stopped. Its children
+        are read at its first stop, once prepared: a step that is compiled starts no process of its own. psutil
+        checks each process's identity before it signals it, so a pid that was reused is never stopped."""
+        if not self.family:
+            with contextlib.suppress(psutil.Error):
+                worker = psutil.Process(self.worker.pid)
+                self.family = [worker, *worker.children(recursive=True)]
+        for p in self.family:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while not all(stopped(pid) for pid in self.family):
+        while not all(stopped(p.pid) for p in self.family if p.is_running()):
             if time.monotonic() > deadline:
                 raise PairFailed(f"worker {self.name} did not stop")
             time.sleep(0.0005)
 
     def cont(self) -> None:
-        for pid in reversed(self.family):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        for p in reversed(self.family):
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGCONT)
 
     def wait(self, timeout: float) -> int | None:
         """Its exit code, once it has ended (within `timeout` seconds); else None."""

@@ -59,6 +59,16 @@ def start(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget, cl
     return first, warmup, max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise
 
 
+def timed_block(fn: Callable[[], Any], sync: Callable[[Any], None], block: int, clock: Clock) -> tuple[float, float]:
+    """One sample: `block` calls of `sync(fn())` timed together; (the clock at its end, seconds per call). The
+    timed region holds the calls and their syncs only."""
+    t0 = clock()
+    for _ in range(block):
+        sync(fn())
+    t1 = clock()
+    return t1, (t1 - t0) / block
+
+
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
             meter: Callable[[], dict[str, float]] = dict, between_sd: float | None = None) -> Measurement:
@@ -74,11 +84,8 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     before = meter()
     begun = clock()
     while True:
-        t0 = clock()
-        for _ in range(block):
-            sync(fn())
-        t1 = clock()
-        samples.append((t1 - t0) / block)
+        t1, per_call = timed_block(fn, sync, block, clock)
+        samples.append(per_call)
         if t1 - begun >= budget.min_time_s and ci_ok(samples, budget, between_sd):
             reason = "ci"
         elif t1 - begun >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):
@@ -99,10 +106,7 @@ def burst(fn: Callable[[], Any], sync: Callable[[Any], None], block: int, second
     samples: list[float] = []
     end = clock() + seconds
     while True:
-        t0 = clock()
-        for _ in range(block):
-            sync(fn())
-        t1 = clock()
-        samples.append((t1 - t0) / block)
+        t1, per_call = timed_block(fn, sync, block, clock)
+        samples.append(per_call)
         if t1 >= end:
             return samples

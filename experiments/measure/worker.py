@@ -80,7 +80,7 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
                     page_faults_per_call=d["minor_faults"] / m.calls,
                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
                     background_cores=busy, threads=threads,
-                    oversubscribed=oversubscription(req.framework, threads, cores(), busy))
+                    oversubscribed=oversubscription(req.framework, threads, cores(), busy, os.cpu_count()))
 
 
 def environment(backend, s: Setup) -> dict[str, str]:

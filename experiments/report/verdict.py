@@ -78,16 +78,18 @@ def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], threshold: f
     qs = q_values([p for *_, p in tests])
     out = []
     for (old, new), (ratio, lo, hi, p), q in zip(pairs, tests, qs):
-        if math.isnan(q):
-            verdict = UNKNOWN
-        elif q < alpha and ratio > 1 + threshold:
-            verdict = SLOWER
-        elif q < alpha and ratio < 1 - threshold:
-            verdict = FASTER
-        else:
-            verdict = SAME
+        verdict = UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, alpha) or SAME
         out.append(Verdict(ratio, lo, hi, p, float(q), verdict, len(old), len(new)))
     return out
+
+
+def changed(ratio: float, q: float, threshold: float, alpha: float) -> str | None:
+    """slower or faster where q < alpha and the ratio lies beyond 1 ± threshold; else None."""
+    if q < alpha and ratio > 1 + threshold:
+        return SLOWER
+    if q < alpha and ratio < 1 - threshold:
+        return FASTER
+    return None
 
 
 def q_values(ps: Sequence[float]) -> np.ndarray:
@@ -137,15 +139,7 @@ def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED
     tests = [paired_t(x, 1 - alpha) for x in log_ratios]
     out = []
     for x, (ratio, lo, hi, p), q in zip(log_ratios, tests, q_values([p for *_, p in tests])):
-        if math.isnan(q):
-            verdict = UNKNOWN
-        elif q < alpha and ratio > 1 + threshold:
-            verdict = SLOWER
-        elif q < alpha and ratio < 1 - threshold:
-            verdict = FASTER
-        elif 1 - threshold <= lo and hi <= 1 + threshold:
-            verdict = SAME
-        else:
-            verdict = INCONCLUSIVE
+        inside = 1 - threshold <= lo and hi <= 1 + threshold
+        verdict = UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, alpha) or (SAME if inside else INCONCLUSIVE)
         out.append(PairedVerdict(ratio, lo, hi, p, float(q), verdict, len(x)))
     return out

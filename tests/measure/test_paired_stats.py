@@ -27,14 +27,24 @@ def test_a_pairs_ratio_is_the_ratio_of_the_medians_of_all_its_bursts():
 
 def test_single_slow_bursts_move_the_mean_of_round_ratios_but_not_the_pairs_ratio():
     """Two of 30 of B's bursts read 100× slow (a preempted OpenMP thread): the mean of per-round ratios moves by
-    about 6.6×, the ratio of all bursts' medians and the Hodges-Lehmann estimate of the round log ratios do not."""
+    about 6.6×; the pair's ratio (the median of the round log ratios) and the ratio of all bursts' medians do not."""
     a, b = bursts(1e-3, seed=1), bursts(1e-3, seed=2)
     b[3] = [x * 100 for x in b[3]]
     b[17] = [x * 100 for x in b[17]]
-    mean_of_ratios = np.mean(np.exp(stats.round_log_ratios(a, b)))
-    assert mean_of_ratios > 5
-    assert abs(stats.pair_log_ratio(a, b)) < 0.02
-    assert abs(stats.hodges_lehmann(stats.round_log_ratios(a, b))) < 0.02
+    assert np.mean(np.exp(stats.round_log_ratios(a, b))) > 5
+    assert abs(stats.pair_log_ratio(a, b)) < 0.02 and abs(stats.pooled_log_ratio(a, b)) < 0.02
+
+
+def test_load_that_comes_within_a_pair_moves_the_pooled_medians_but_not_the_round_ratios():
+    """40 rounds, B 5% slower; the machine turns twice as slow from round 21 on, and in round 21 between A's burst
+    and B's. Each round's ratio but that one sees 1.05; the median of all of A's samples (21 fast rounds, 19 slow)
+    against all of B's (20 and 20) lands between the two levels."""
+    level = [1e-3] * 20 + [2e-3] * 20
+    a = [[x * level[r] / 1e-3 for x in burst] for r, burst in enumerate(bursts(1e-3, rounds=40, seed=3))]
+    a[20] = bursts(1e-3, rounds=1, seed=4)[0]  # round 21: A ran before the load came
+    b = [[x * 1.05 * level[r] / 1e-3 for x in burst] for r, burst in enumerate(bursts(1e-3, rounds=40, seed=5))]
+    assert stats.pair_log_ratio(a, b) == pytest.approx(math.log(1.05), abs=0.005)
+    assert stats.pooled_log_ratio(a, b) > math.log(1.3)
 
 
 def test_hodges_lehmann_is_the_median_of_walsh_averages():
@@ -131,14 +141,18 @@ def test_a_far_process_is_replaced_only_where_other_processes_used_the_cpu():
 
 def test_threads_beyond_the_free_cores_are_oversubscribed_with_the_setting_to_change():
     hint = oversubscription("torch", 2, 2, 1.0)
-    assert hint.startswith("2 intra-op threads on 2 cores while other processes used 1.00 of them")
+    assert hint.startswith("2 intra-op threads on 2 cores while other processes used 1.00 of the machine's 2")
     assert "framework.threads" in hint and "to 1" in hint and "close the other program" in hint
     assert "XLA" in oversubscription("jax", 2, 2, 0.9)
     assert oversubscription("torch", 2, 2, 0.1) is None  # the parent's polling and jiffies: not oversubscribed
     assert oversubscription("torch", 1, 2, 1.0) is None  # one thread beside one busy program
     assert oversubscription("torch", 1, 2, 1.5) == ("1 intra-op threads on 2 cores while other processes used 1.50 "
-                                                     "of them: close the other program")
+                                                     "of the machine's 2: close the other program")
     assert oversubscription("torch", None, 2, 2.0) is None
+    # a worker on one of the machine's two cores (jax, framework.threads=1): others' use counts against the machine
+    assert oversubscription("jax", 1, 1, 0.9, machine_cores=2) is None
+    assert oversubscription("jax", 1, 1, 1.6, machine_cores=2).endswith("used 1.60 of the machine's 2: close the "
+                                                                        "other program")
 
 
 class FakeClock:
