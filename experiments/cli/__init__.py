@@ -24,6 +24,7 @@ COMMANDS = {
     "history": ("experiments.cli.history", "follow each point along a version, date or commit: its change points"),
     "versions": ("experiments.cli.versions", "measure a sweep in one cached environment per package version"),
     "bisect": ("experiments.cli.bisect", "find the release at which a point changed"),
+    "ab": ("experiments.cli.ab", "compare two values of one axis, paired: interleaved bursts of warm workers"),
     "sciml": ("experiments.cli.sciml", "validate a runner's TIMING/METADATA/SAMPLES lines (stdin)"),
     "check": ("experiments.selfcheck.check", "self-check: the machine's own noise (a fixed loop's drift, load, CPU)"),
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),

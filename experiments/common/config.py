@@ -125,6 +125,7 @@ class FrameworkConf:
     compile: bool = MISSING  # jax: jit (idiomatic default), torch: eager by default
     compile_mode: CompileMode = CompileMode.default  # torch: reduce-overhead adds CUDA graphs (GPUs)
     memory_format: Optional[MemoryFormat] = MISSING  # torch: contiguous or channels_last; jax: nhwc; external: null
+    threads: Optional[int] = None  # intra-op threads (torch.set_num_threads; jax: the cores it runs on); null: its own
 
 
 @dataclass

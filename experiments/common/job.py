@@ -56,7 +56,7 @@ class Job:
         c = self.config
         fmt = c.framework.memory_format
         return Setup(str(c.precision.name), str(c.device), c.precision.tf32, c.framework.compile,
-                     str(c.framework.compile_mode), str(fmt) if fmt is not None else "n/a")
+                     str(c.framework.compile_mode), str(fmt) if fmt is not None else "n/a", c.framework.threads)
 
     def request(self, peaks: Path | None = None, between: dict[str, float] | None = None) -> Request:
         """What a worker is asked to do; `peaks`: the sweep's cache of calibrated peaks; `between`: op -> the spread

@@ -131,6 +131,7 @@ class Setup(Json):
     compile: bool = False  # jax: jit; torch: torch.compile
     compile_mode: str = "default"  # torch.compile's mode: default or reduce-overhead (CUDA graphs)
     memory_format: str = "contiguous"  # torch: contiguous or channels_last; jax: nhwc
+    threads: int | None = None  # intra-op threads (framework.threads); None: the framework's own choice
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class Request(Json):
     peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
     between: dict[str, float] = field(default_factory=dict)  # op -> the spread between processes so far
     profile_dir: str | None = None  # a profile request: profile each op instead of timing it, files go here
+    paired: str | None = None  # a paired request: prepare the one point's one op, then serve bursts on this socket
 
 
 # One vocabulary for both frameworks: every profiled op falls in one of these categories (the tables are
@@ -197,6 +199,8 @@ class OpResult(Json):
     page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
     peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU): docs/measuring.md
     background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
+    threads: int | None = metric(max)  # the op's intra-op threads (torch's, or XLA's: the cores it may run on)
+    oversubscribed: str | None = None  # why and what to set, where those threads outnumbered the free cores
     profile: OpProfile | None = None  # a profile request's answer instead of timings
 
     def metrics(self) -> dict[str, float]:
@@ -227,3 +231,43 @@ class PointResult(Json):
     stderr_tail: str = ""  # the worker's last output, kept with a failure
     startup_s: float | None = None  # from the worker's start to its first op: interpreter, imports, set-up
     machine: dict[str, float] = field(default_factory=dict)  # numeric facts: core counts, memory, load average
+
+
+# A paired request (`Request.paired`): the worker prepares its one op as a timed worker would, answers `Prepared`,
+# then times one `Burst` per `Command` until told to end. One JSON object per line on the request's socket.
+
+
+@dataclass(frozen=True)
+class Command(Json):
+    """The parent's word to a paired worker."""
+
+    do: str  # "burst" or "end"
+    seconds: float = 0.0  # a burst: time blocks of calls for about this long
+
+
+@dataclass
+class Prepared(Json):
+    """A paired worker's op, ready to burst: what a timed worker records of it before sampling."""
+
+    status: str  # "ok" or "skipped"
+    reason: str = ""
+    device: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, float] = field(default_factory=dict)
+    startup_s: float | None = None
+    first_call_s: float = 0.0
+    warmup_s: float = 0.0
+    block: int = 1  # calls per sample, from the warm-up's estimate of one call
+    compiles: int | None = None
+    compile_cache_hits: int | None = None
+    threads: int | None = None  # the op's intra-op threads
+    cores: int | None = None  # the cores the worker may run on
+
+
+@dataclass
+class Burst(Json):
+    """One burst: per-call seconds of each block, and the change of `meter()` over it."""
+
+    samples_s: list[float]
+    meter: dict[str, float] = field(default_factory=dict)
+    compiles: int | None = None  # compilations so far in the worker: still the one of its preparation

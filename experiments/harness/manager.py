@@ -66,6 +66,10 @@ class Spawned:
             self.proc = subprocess.Popen([python, "-m", WORKER, str(request), str(results)], cwd=ROOT, env=environ,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
     def wait(self, timeout: float) -> int | None:
         """Its exit code, once it has ended within `timeout` seconds; else None."""
         try:

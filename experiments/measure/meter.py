@@ -2,6 +2,7 @@
 CPU time (other processes' use, in cores), and its resident memory. Linux /proc and getrusage; runs in the worker."""
 from __future__ import annotations
 
+import math
 import resource
 import time
 from pathlib import Path
@@ -36,3 +37,27 @@ def reset_high_water() -> bool:
         return True
     except OSError:
         return False
+
+
+# An op's intra-op threads are oversubscribed when they outnumber the cores free by more than this (the noisy
+# guard's bound). On 2 cores, one busy program beside torch's 2 OpenMP threads made LeNet bs32
+# inference read 132 ms against 1.3 ms: every parallel region waits for the thread whose core is taken.
+SPARE_CORES = 0.2
+# What sets each framework's intra-op threads, for the hint.
+THREADS_SETTING = {"torch": "torch's intra-op threads (framework.threads, torch.set_num_threads)",
+                   "jax": "XLA's CPU threads (framework.threads, which runs the worker on that many cores)"}
+
+
+def oversubscription(framework: str, threads: int | None, cores: int, other_cores: float,
+                     machine_cores: int | None = None) -> str | None:
+    """Why and what to set, where the op's `threads` outnumbered the cores free while it ran; None where they didn't.
+    Free: the `cores` it may run on, or what other processes left of the machine's `machine_cores` (`other_cores`
+    is their use over the whole machine), whichever is fewer."""
+    machine = machine_cores or cores
+    free = min(cores, machine - other_cores)
+    if threads is None or threads <= free + SPARE_CORES:
+        return None
+    fewer = max(1, math.floor(free + SPARE_CORES))
+    setting = f"set {THREADS_SETTING.get(framework, 'the intra-op threads')} to {fewer}, or " if fewer < threads else ""
+    return (f"{threads} intra-op threads on {cores} cores while other processes used {other_cores:.2f} of the "
+            f"machine's {machine}: {setting}close the other program")

@@ -1,4 +1,5 @@
-"""Statistics of samples and of a point's worker processes: the CI of a median, the re-run interval, summaries.
+"""Statistics of samples and of a point's worker processes: the CI of a median, the re-run interval, summaries;
+which processes disagree too much to be trusted; and the ratio of a pair of workers measured burst by burst.
 
 Pure functions of numbers (numpy; scipy where a quantile needs it): the worker summarizes its own samples, and the
 parent summarizes a point over its processes.
@@ -99,14 +100,14 @@ def summarize(ms: Sequence[Measurement], batch: int) -> Stats:
     """Statistics of one point over its measuring processes; throughput is batch items per second at the median.
 
     One process: its median, with the distribution-free CI of the median (it knows nothing of other processes).
-    Several: the median of the process medians, and `rerun_interval`. Spread, min, mean and std are over all samples.
+    Several: the median of the process medians, and `rerun_interval`, `bounded` by what the processes measured. Spread, min, mean and std are over all samples.
     """
     runs = [m.samples_s for m in ms]
     s = np.concatenate([np.asarray(r, dtype=float) for r in runs])
     if len(runs) == 1:
         med, (lo, hi) = float(np.median(s)), median_ci(s)
     else:
-        med, (lo, hi) = median_of_medians(runs), rerun_interval(runs)
+        med, (lo, hi) = median_of_medians(runs), bounded(rerun_interval(runs), [float(np.median(r)) for r in runs])
     p25, p75 = (float(v) for v in np.percentile(s, [25, 75]))
     return Stats(
         median_s=med, p25_s=p25, p75_s=p75, ci95_low_s=lo, ci95_high_s=hi,
@@ -116,3 +117,97 @@ def summarize(ms: Sequence[Measurement], batch: int) -> Stats:
         throughput_samples_per_s=batch / med if med > 0 else float("inf"), process_spread=process_spread(runs),
         first_call_warm_s=float(np.median([m.first_call_s for m in ms[1:]])) if len(ms) > 1 else None,
     )
+
+
+def log_spread(medians: Sequence[float]) -> float:
+    """The SD of the log of the process medians (0 for one process)."""
+    return float(np.std(np.log(medians), ddof=1)) if len(medians) > 1 else 0.0
+
+
+def bounded(interval: tuple[float, float], medians: Sequence[float]) -> tuple[float, float]:
+    """A multiplicative interval (center ÷ f to center × f) with f shrunk until it reaches no further than the
+    processes measured by one of their own spreads: the fastest process's median ÷ s, the slowest one's × s,
+    s = exp(SD of their log medians).
+
+    The bootstrap behind `rerun_interval` resamples processes: one far process (a median of 88 ms beside four of
+    about 1 ms, read while another program ran) gave a point the interval [17.5 µs, 65.5 ms], below anything
+    measured. No re-run of these processes reads outside what they read, give or take their spread.
+    """
+    lo, hi = interval
+    center, f, s = math.sqrt(lo * hi), math.sqrt(hi / lo), math.exp(log_spread(medians))
+    f = max(1.0, min(f, center * s / min(medians), max(medians) * s / center))
+    return center / f, center * f
+
+
+# A point whose processes' medians lie this far apart is not measured on this machine: no interval over them means
+# anything, however wide (a 5 ms point read [0.005, 5491] ms with one CPU hog running).
+UNMEASURED_SPREAD = 10.0
+# A process is re-measured when its median lies this far from its siblings' (and beyond `FAR_SDS` of their robust
+# spread) while other processes used more than `BUSY_CORES` beside it: processes of one point read 20-70% apart
+# here on a quiet machine, and a process beside another busy program read 2-100× slower.
+FAR_FACTOR = 2.0
+FAR_SDS = 3.0
+BUSY_CORES = 0.2
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms"
+
+
+def unmeasured(medians: Sequence[float]) -> str | None:
+    """Why no interval is given for a point whose processes disagree by `UNMEASURED_SPREAD` or more; else None."""
+    if len(medians) < 2 or max(medians) < UNMEASURED_SPREAD * min(medians):
+        return None
+    return (f"its processes disagree {max(medians) / min(medians):.0f}× ({ms(min(medians))} to {ms(max(medians))}): "
+            "not measurable on this machine as it ran; close other programs, or measure on a quiet machine")
+
+
+def to_replace(medians: Sequence[float], busy_cores: Sequence[float]) -> list[tuple[int, str]]:
+    """The processes to re-measure, by index, each with the reason: a median far outside its siblings' (at least
+    `FAR_FACTOR` from the median of the others, and beyond `FAR_SDS` robust SDs of their log medians) while other
+    processes used more than `BUSY_CORES` beside it. A far process on a quiet machine is the machine's own drift,
+    and stays; the ones replaced stay in the raw data with their reason."""
+    logs = np.log(np.asarray(medians, dtype=float))
+    out = []
+    for i, (m, busy) in enumerate(zip(medians, busy_cores)):
+        others = np.delete(logs, i)
+        if busy <= BUSY_CORES or not len(others):
+            continue
+        center = float(np.median(others))
+        sd = 1.4826 * float(np.median(np.abs(others - center))) if len(others) >= 3 else 0.0  # the MAD, as an SD
+        if abs(logs[i] - center) > max(math.log(FAR_FACTOR), FAR_SDS * sd):
+            far = math.exp(abs(logs[i] - center))
+            out.append((i, f"its median {ms(m)} is {far:.1f}× {'above' if logs[i] > center else 'below'} its "
+                           f"siblings' {ms(math.exp(center))} while other processes used {busy:.2f} cores"))
+    return out
+
+
+def round_log_ratios(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Sequence[float]]) -> list[float]:
+    """Per round, log(median of B's burst / median of A's): the pair's rounds one by one."""
+    return [math.log(float(np.median(b)) / float(np.median(a))) for a, b in zip(a_bursts, b_bursts)]
+
+
+def pair_log_ratio(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Sequence[float]]) -> float:
+    """A pair's log(B/A): the median of its per-round log ratios (each round's two bursts ran next to each other, so
+    they share the machine's state of the moment).
+
+    Robust to single slow bursts, which a mean of per-round ratios lets through, and to load that comes or goes
+    within the pair, which moves the ratio of the medians of all A's and all B's bursts. In A/A pairs of torch LeNet
+    bs32 inference (one intra-op thread) while other work used 1.3-1.5 of the 2 cores, the pairs' log ratios spread
+    (SD) 3.4-5.3% by this estimate, 4.4-6.6% by the Hodges-Lehmann estimate of the round log ratios, 5.3-11.2% by
+    the ratio of all bursts' medians and 6.0-12.5% by the mean of round ratios (28-46 pairs per burst length of
+    20-200 ms; docs/comparing.md).
+    """
+    return float(np.median(round_log_ratios(a_bursts, b_bursts)))
+
+
+def pooled_log_ratio(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Sequence[float]]) -> float:
+    """log(B/A) from the median of all B's burst samples over the median of all A's (the self-check compares it)."""
+    return math.log(float(np.median(np.concatenate(b_bursts))) / float(np.median(np.concatenate(a_bursts))))
+
+
+def hodges_lehmann(xs: Sequence[float]) -> float:
+    """The Hodges-Lehmann estimate of the center: the median of all pairwise means (Walsh averages, i <= j)."""
+    x = np.asarray(xs, dtype=float)
+    i, j = np.triu_indices(len(x))
+    return float(np.median((x[i] + x[j]) / 2))

@@ -1,4 +1,5 @@
-"""Framework-agnostic timing, run inside the worker: first call, warm-up, block sampling and the adaptive stop."""
+"""Framework-agnostic timing, run inside the worker: first call, warm-up, block sampling and the adaptive stop;
+and a paired worker's bursts."""
 from __future__ import annotations
 
 import math
@@ -44,6 +45,30 @@ def warm_up(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             return max(elapsed / calls, 1e-9), elapsed
 
 
+def start(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget, clock: Clock = time.perf_counter,
+          inspect: Callable[[Any], None] = lambda out: None) -> tuple[float, float, int]:
+    """The first call (timed apart; `inspect` sees its output, untimed), then the warm-up, whose estimate of one
+    call sets the block length: (first call s, warm-up s, calls per block)."""
+    t0 = clock()
+    out = fn()
+    sync(out)
+    first = clock() - t0
+    inspect(out)
+    del out
+    per_call, warmup = warm_up(fn, sync, budget, clock)
+    return first, warmup, max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise
+
+
+def timed_block(fn: Callable[[], Any], sync: Callable[[Any], None], block: int, clock: Clock) -> tuple[float, float]:
+    """One sample: `block` calls of `sync(fn())` timed together; (the clock at its end, seconds per call). The
+    timed region holds the calls and their syncs only."""
+    t0 = clock()
+    for _ in range(block):
+        sync(fn())
+    t1 = clock()
+    return t1, (t1 - t0) / block
+
+
 def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
             meter: Callable[[], dict[str, float]] = dict, between_sd: float | None = None) -> Measurement:
@@ -53,29 +78,17 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     just before and just after the sampling (page faults, CPU time, ...); the Measurement keeps the change.
     `between_sd`: the spread between processes so far, which sets how narrow this process's CI need be (`target`).
     """
-    begin = t0 = clock()
-    out = fn()
-    sync(out)
-    first = clock() - t0
-    inspect(out)
-    del out
-
-    # Warm-up doubles as the estimate of one call, which sets the block length.
-    per_call, warmup = warm_up(fn, sync, budget, clock)
-    block = max(1, math.ceil(budget.min_block_s / per_call - 1e-6))  # tolerance: float noise in the estimate
-
+    begin = clock()
+    first, warmup, block = start(fn, sync, budget, clock, inspect)
     samples: list[float] = []
     before = meter()
-    start = clock()
+    begun = clock()
     while True:
-        t0 = clock()
-        for _ in range(block):
-            sync(fn())
-        t1 = clock()
-        samples.append((t1 - t0) / block)
-        if t1 - start >= budget.min_time_s and ci_ok(samples, budget, between_sd):
+        t1, per_call = timed_block(fn, sync, block, clock)
+        samples.append(per_call)
+        if t1 - begun >= budget.min_time_s and ci_ok(samples, budget, between_sd):
             reason = "ci"
-        elif t1 - start >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):
+        elif t1 - begun >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):
             reason = "time"
         elif len(samples) >= budget.max_samples:
             reason = "samples"
@@ -83,4 +96,17 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             continue
         after = meter()
         change = {k: after[k] - before[k] for k in after}
-        return Measurement(samples, block, first, reason, clock() - begin, change, warmup, t1 - start)
+        return Measurement(samples, block, first, reason, clock() - begin, change, warmup, t1 - begun)
+
+
+def burst(fn: Callable[[], Any], sync: Callable[[Any], None], block: int, seconds: float,
+          clock: Clock = time.perf_counter) -> list[float]:
+    """Blocks of `sync(fn())` for about `seconds` (at least one block), as `measure` samples them: per-call seconds
+    of each block. A paired worker's turn (harness/pairs.py): the other worker is stopped meanwhile."""
+    samples: list[float] = []
+    end = clock() + seconds
+    while True:
+        t1, per_call = timed_block(fn, sync, block, clock)
+        samples.append(per_call)
+        if t1 >= end:
+            return samples

@@ -1,5 +1,6 @@
 """The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework,
-or, for a profile request (`Request.profile_dir`), profiles them (experiments/measure/profile.py)
+or, for a profile request (`Request.profile_dir`), profiles them (experiments/measure/profile.py), or, for a paired
+request (`Request.paired`), prepares one op and times bursts of it on the parent's command (harness/pairs.py)
 (`--probe FRAMEWORK SETUP` checks a set-up before a sweep; `--smoke FRAMEWORK` takes one LeNet training step).
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
@@ -7,6 +8,9 @@ only the point in progress) and never talks to MLflow.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -15,11 +19,33 @@ import numpy.ma  # noqa: F401  np.median imports it on its first call: not insid
 import psutil
 
 import models
-from experiments.common.protocol import OpResult, PointResult, Request, Setup
+from experiments.common.protocol import Burst, Command, OpResult, PointResult, Prepared, Request, Setup
 from experiments.measure import flops, peaks, profile, stats, timing
 from experiments.measure.backends import SMOKE, Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record, machine_record
-from experiments.measure.meter import background_cores, meter, reset_high_water, resident
+from experiments.measure.meter import background_cores, meter, oversubscription, reset_high_water, resident
+
+
+def pin(framework: str, threads: int | None) -> None:
+    """framework.threads for jax, before its backend starts: XLA sizes its CPU thread pool by the cores the process
+    may run on and ignores its own thread flags. In jaxlib 0.10.2 on 2 cores, a jitted matmul and conv loop kept 4
+    threads busy with XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" as without it,
+    and one thread (79 of 80 ticks) once the process could run on one core. So a jax worker runs on the first
+    `threads` cores it may use (the fork server imports jax but starts no backend); its `configure` checks it."""
+    if framework == "jax" and threads and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        if 0 < threads <= len(cores):
+            os.sched_setaffinity(0, cores[:threads])
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def intra_op_threads(env: dict[str, str]) -> int:
+    """The threads an op runs on: torch's intra-op threads (its record says), else XLA's pool, one per core."""
+    return int(env["torch_num_threads"]) if "torch_num_threads" in env else cores()
 
 
 def validate_device(step, out, configured: str) -> str:
@@ -30,8 +56,10 @@ def validate_device(step, out, configured: str) -> str:
     return actual
 
 
-def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str) -> OpResult:
-    """One op, from building its model to its last sample; its peak memory counts from before the build."""
+def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str,
+               threads: int | None = None) -> OpResult:
+    """One op, from building its model to its last sample; its peak memory counts from before the build.
+    `threads`: the op's intra-op threads, flagged where they outnumbered the cores free while it was sampled."""
     backend.reset_peak_memory()
     rss, hwm = resident()
     base = rss if reset_high_water() else hwm
@@ -45,12 +73,14 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
                        meter=meter, between_sd=req.between.get(op))
     peak = backend.peak_memory()
     d = m.meter
+    busy = background_cores(d)
     return OpResult("ok", device=seen[0], measurement=m, stats=stats.summarize([m], batch), calls_per_block=m.block,
                     flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
                     compile_cache_hits=backend.cache_hits() - hits if step.compiles else None,
                     page_faults_per_call=d["minor_faults"] / m.calls,
                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
-                    background_cores=background_cores(d))
+                    background_cores=busy, threads=threads,
+                    oversubscribed=oversubscription(req.framework, threads, cores(), busy, os.cpu_count()))
 
 
 def environment(backend, s: Setup) -> dict[str, str]:
@@ -61,6 +91,7 @@ def environment(backend, s: Setup) -> dict[str, str]:
 
 def main(request_path: str, results_path: str) -> int:
     req = Request.from_json(Path(request_path).read_text())
+    pin(req.framework, req.setup.threads)
     backend = load(req.framework)
     try:
         device = backend.configure(req.setup)
@@ -72,6 +103,10 @@ def main(request_path: str, results_path: str) -> int:
         if req.peaks and not req.profile_dir else None
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
+    threads = intra_op_threads(env)
+    if req.paired:
+        return paired(backend, spec, req, device, Prepared("ok", environment=env, machine=machine, startup_s=startup,
+                                                             threads=threads, cores=cores()))
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
@@ -80,11 +115,50 @@ def main(request_path: str, results_path: str) -> int:
                 ops = {op: profile.profile_op(backend, req.framework, spec, req, op, point.batch_size, where / op)
                        for op in point.ops}
             else:
-                ops = {op: measure_op(backend, spec, req, op, point.batch_size, device) for op in point.ops}
+                ops = {op: measure_op(backend, spec, req, op, point.batch_size, device, threads) for op in point.ops}
             f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine,
                                 startup_s=startup).to_json() + "\n")
             f.flush()
             startup = None
+    return 0
+
+
+def prepare(backend, spec: models.ModelSpec, req: Request, device: str, ready: Prepared):
+    """The paired request's one op, as a timed worker prepares it: build, first call (the device check), warm-up,
+    block length. (the Step, `ready` filled in), or (None, a skipped Prepared) where the op can't run here."""
+    point = req.points[0]
+    try:
+        step = backend.prepare(spec, point.ops[0], point.batch_size, req.seed)
+    except Unsupported as e:
+        return None, dataclasses.replace(ready, status="skipped", reason=str(e))
+    seen: list[str] = []
+    hits = backend.cache_hits()
+    first, warmup, block = timing.start(step.fn, step.sync, req.budget,
+                                        inspect=lambda o: seen.append(validate_device(step, o, device)))
+    ready.device, ready.first_call_s, ready.warmup_s, ready.block = seen[0], first, warmup, block
+    if step.compiles:
+        ready.compiles, ready.compile_cache_hits = step.compiles(), backend.cache_hits() - hits
+    return step, ready
+
+
+def paired(backend, spec: models.ModelSpec, req: Request, device: str, ready: Prepared) -> int:
+    """Serve a paired request: prepare its op, answer `Prepared`, then one `Burst` per command until told to end.
+    Between commands the worker waits in a read (the parent also stops it, threads and all, while the other runs)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(req.paired)
+        commands = sock.makefile("rb")
+        step, ready = prepare(backend, spec, req, device, ready)
+        sock.sendall(ready.to_json().encode() + b"\n")
+        for line in commands:
+            command = Command.from_json(line)
+            if command.do == "end":
+                break
+            before = meter()
+            samples = timing.burst(step.fn, step.sync, ready.block, command.seconds)
+            after = meter()
+            compiles = step.compiles() if step.compiles else None
+            answer = Burst(samples, {k: after[k] - before[k] for k in after}, compiles)
+            sock.sendall(answer.to_json().encode() + b"\n")
     return 0
 
 
@@ -106,7 +180,9 @@ def probe(framework: str, setup: str) -> int:
     """Check that the framework imports and can run this set-up, before a sweep writes anything; print the device
     and the environment's fingerprint (what the worker will record)."""
     try:
-        backend, s = load(framework), Setup.from_json(setup)
+        s = Setup.from_json(setup)
+        pin(framework, s.threads)
+        backend = load(framework)
         print(backend.configure(s))
         print(fingerprint(environment(backend, s)))
     except ImportError as e:

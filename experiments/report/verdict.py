@@ -14,6 +14,12 @@ pooled calls calls drift a change. Per comparison:
 
 `nnbench calibrate` measures the false-alarm rate of this rule on A/A pairs and its detection rate on planted
 slowdowns (docs/comparing.md).
+
+Paired comparisons (harness/pairs.py: two warm workers alternating bursts) are judged by `judge_pairs`: the unit of
+evidence is one fresh pair, its log ratio B/A; per point, Student's t interval over the pairs' log ratios, and a
+one-sample t test of them; Benjamini-Hochberg over the points judged together. *slower* (*faster*) when q < alpha
+and the ratio is beyond 1 ± threshold; *no change* only when the whole interval lies inside 1 ± threshold;
+*inconclusive* otherwise (more pairs may settle it); *no verdict* below two pairs.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ import numpy as np
 from experiments.common.config import StrEnum
 
 ALPHA, THRESHOLD = 0.05, 0.05
+# Paired verdicts' threshold: chosen with `python -m experiments.selfcheck.paired` (docs/comparing.md).
+PAIRED_THRESHOLD = 0.03
 
 
 class Verdict(StrEnum):
@@ -34,7 +42,8 @@ class Verdict(StrEnum):
     SLOWER = "slower"
     FASTER = "faster"
     SAME = "no change"
-    UNKNOWN = "no verdict"  # a side has fewer than two processes
+    INCONCLUSIVE = "inconclusive"  # paired: neither beyond the threshold nor inside it; more pairs may settle it
+    UNKNOWN = "no verdict"  # a side has fewer than two processes (pairs)
 
     @property
     def changed(self) -> bool:
@@ -82,21 +91,74 @@ def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], threshold: f
           alpha: float = ALPHA) -> list[Comparison]:
     """A comparison per (old, new) pair of per-process medians, the pairs judged together (one BH family)."""
     tests = [welch(old, new, 1 - alpha) for old, new in pairs]
-    ps = np.array([p for *_, p in tests])
+    qs = q_values([p for *_, p in tests])
+    out = []
+    for (old, new), (ratio, lo, hi, p), q in zip(pairs, tests, qs):
+        verdict = Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, alpha) or Verdict.SAME
+        out.append(Comparison(ratio, lo, hi, p, float(q), verdict, len(old), len(new)))
+    return out
+
+
+def changed(ratio: float, q: float, threshold: float, alpha: float) -> Verdict | None:
+    """slower or faster where q < alpha and the ratio lies beyond 1 ± threshold; else None."""
+    if q < alpha and ratio > 1 + threshold:
+        return Verdict.SLOWER
+    if q < alpha and ratio < 1 - threshold:
+        return Verdict.FASTER
+    return None
+
+
+def q_values(ps: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg q-values of the p-values judged together (nan stays nan: no test)."""
+    ps = np.asarray(ps, dtype=float)
     qs = np.full(len(ps), math.nan)
     known = ~np.isnan(ps)
     if known.any():
         from scipy import stats  # as in welch
         qs[known] = stats.false_discovery_control(ps[known])
+    return qs
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """One point's paired comparison, B against A, from its pairs' log ratios."""
+
+    ratio: float  # B/A: exp of the mean of the pairs' log ratios; > 1 is slower
+    ci_low: float  # its interval (Student's t over the pairs, on the log scale)
+    ci_high: float
+    p_value: float  # one-sample t test of the log ratios against 0 (nan: fewer than two pairs)
+    q_value: float  # p adjusted over the points judged together (Benjamini-Hochberg)
+    verdict: Verdict
+    pairs: int
+
+    @property
+    def conclusive(self) -> bool:
+        """Whether more pairs could not change it (harness/pairs.py adds pairs until it is, up to a budget)."""
+        return self.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.SAME)
+
+
+def paired_t(log_ratios: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """(ratio, interval low, interval high, p) of B/A from pairs' log ratios; nan where there are fewer than two."""
+    x = np.asarray(log_ratios, dtype=float)
+    d = float(x.mean()) if len(x) else 0.0
+    if len(x) < 2:
+        return math.exp(d), math.nan, math.nan, math.nan
+    se = float(x.std(ddof=1)) / math.sqrt(len(x))
+    if se == 0:  # identical pairs: the ratio is all there is
+        return math.exp(d), math.exp(d), math.exp(d), float(d == 0)
+    from scipy.special import stdtr, stdtrit  # as in welch; Student's t itself, 100× faster than scipy.stats.t's
+    half = float(stdtrit(len(x) - 1, 0.5 + confidence / 2)) * se
+    return math.exp(d), math.exp(d - half), math.exp(d + half), float(2 * stdtr(len(x) - 1, -abs(d) / se))
+
+
+def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED_THRESHOLD,
+                alpha: float = ALPHA) -> list[PairedComparison]:
+    """A verdict per point from its pairs' log ratios (B/A), the points judged together (one BH family)."""
+    tests = [paired_t(x, 1 - alpha) for x in log_ratios]
     out = []
-    for (old, new), (ratio, lo, hi, p), q in zip(pairs, tests, qs):
-        if math.isnan(q):
-            verdict = Verdict.UNKNOWN
-        elif q < alpha and ratio > 1 + threshold:
-            verdict = Verdict.SLOWER
-        elif q < alpha and ratio < 1 - threshold:
-            verdict = Verdict.FASTER
-        else:
-            verdict = Verdict.SAME
-        out.append(Comparison(ratio, lo, hi, p, float(q), verdict, len(old), len(new)))
+    for x, (ratio, lo, hi, p), q in zip(log_ratios, tests, q_values([p for *_, p in tests])):
+        inside = 1 - threshold <= lo and hi <= 1 + threshold
+        verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, alpha)
+                   or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))
+        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x)))
     return out

@@ -44,12 +44,15 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
 
 def test_the_server_refuses_to_fork_once_something_runs():
     """A started XLA backend (its thread pools) or a second Python thread would be copied into every worker."""
-    code = ("import threading, jax\nfrom experiments.measure import server\nprint(server.problem('jax'))\n"
-            "jax.devices()\nprint(server.problem('jax'))\n"
-            "threading.Thread(target=lambda: __import__('time').sleep(2), daemon=True).start()\n"
-            "print(server.problem('torch'))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["None", "the XLA backend started before fork", "2 Python threads before fork"]
+    backend = ("import jax\nfrom experiments.measure import server\nprint(server.problem('jax'))\n"
+               "jax.devices()\nprint(server.problem('jax'))\nprint(server.problem('torch'))")  # a network's jax too
+    thread = ("import threading\nfrom experiments.measure import server\nprint(server.problem('torch'))\n"
+              "threading.Thread(target=lambda: __import__('time').sleep(2), daemon=True).start()\n"
+              "print(server.problem('torch'))")
+    outs = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            for code in (backend, thread)]
+    assert outs[0].splitlines() == ["None"] + ["the XLA backend started before fork"] * 2
+    assert outs[1].splitlines() == ["None", "2 Python threads before fork"]
 
 
 def test_a_server_that_cannot_start_is_one_line_and_the_job_spawns(tmp_path, fake_python):

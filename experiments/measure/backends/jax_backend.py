@@ -152,6 +152,9 @@ class Backend:
         if setup.memory_format != "nhwc" or setup.compile_mode != "default":
             raise Unavailable(f"jax runs memory_format=nhwc and compile_mode=default only (got {setup.memory_format}, "
                               f"{setup.compile_mode}): drop framework.memory_format and framework.compile_mode")
+        if setup.threads is not None and setup.threads != len(os.sched_getaffinity(0)):
+            raise Unavailable(f"framework.threads={setup.threads}: XLA runs one CPU thread per core the worker may "
+                              f"use (here {len(os.sched_getaffinity(0))}): give 1 to that, or null for all of them")
         if setup.precision == "fp64":
             jax.config.update("jax_enable_x64", True)  # global, and only safe before any array exists
         jax.config.update("jax_default_matmul_precision", "tensorfloat32" if setup.tf32 else "highest")

@@ -110,6 +110,10 @@ class Backend:
         if setup.compile_mode == "reduce-overhead" and (self.device.type != "cuda" or not setup.compile):
             raise Unavailable("framework.compile_mode=reduce-overhead is CUDA graphs: it needs a GPU (device=gpu) "
                               "and framework.compile=true")
+        if setup.threads is not None and setup.threads < 1:
+            raise Unavailable(f"framework.threads={setup.threads}: give a positive count, or null for torch's own")
+        if setup.threads:
+            torch.set_num_threads(setup.threads)  # before the first parallel op starts the OpenMP pool
         self.setup = setup
         torch.backends.cuda.matmul.allow_tf32 = setup.tf32  # fp32 means full fp32 unless asked, as on the jax side
         torch.backends.cudnn.allow_tf32 = setup.tf32
