@@ -79,7 +79,7 @@ def run(a: argparse.Namespace) -> int:
         n = sum(len(p.ops) for j in jobs for p in j.points)
         raise BadInput(f"the overrides make {n} measured ops; bisect follows one: give one model, one op and one "
                        "batch size, e.g. model=lenet ops=[training] batch_size=128")
-    if jobs[0].processes * a.repeats < 2:
+    if jobs[0].config.bench.processes * a.repeats < 2:
         raise BadInput("bisect judges versions by their processes, and this sweep measures one per version: use "
                        "bench=default (5 processes), or bench.processes=5, or --repeats 5")
     return Bisect(a, uri, jobs[0], versions, index, how, cache).run()

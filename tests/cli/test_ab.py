@@ -15,7 +15,7 @@ from experiments.harness.pairs import PAIR, PairResult
     (["framework=external,torch", "external.name=Reference",
       "external.command='python runners/reference_runner.py --model {model}'"],
      "framework=external can't be paired: its runner times itself"),
-    (["framework.compile=true,false", "model=nosuch"], "unknown model 'nosuch' (choose lenet,"),
+    (["framework.compile=true,false", "model=nosuch"], "unknown model 'nosuch' (choose dscnn, file, gpt_tiny, lenet,"),
     (["framework.compile=true,false", "--pairs", "3", "--max-pairs", "2"], "max_pairs at least pairs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):

@@ -47,7 +47,7 @@ CASES = [
     Case("framework-tf-single", ("framework=tf",), f"unknown framework 'tf' {FRAMEWORKS}", single=True),
     Case("framework-empty", ("framework=",), f"framework needs a value {FRAMEWORKS}"),
     Case("framework-deleted", ("~framework",), f"framework needs a value {FRAMEWORKS}"),
-    Case("model-nope", ("model=nope",), "unknown model 'nope' (choose lenet, matmul_chain"),
+    Case("model-nope", ("model=nope",), "unknown model 'nope' (choose dscnn, file, gpt_tiny, lenet, lstm, matmul_chain"),
     Case("batchsize", ("batchsize=32",), "unknown key 'batchsize': did you mean batch_size?"),
     Case("plus-batchsize", ("+batchsize=32",), "unknown key 'batchsize': did you mean batch_size?"),
     Case("batch-abc", ("batch_size=abc",), "batch_size must be an integer (got 'abc'): use e.g. batch_size=32"),
@@ -82,7 +82,7 @@ CASES = [
     Case("max-below-min", ("bench.max_samples=2",), "bench.max_samples (2) is below bench.min_samples (6)"),
     Case("bench-key-typo", ("bench.max_tme=1",), "unknown key 'bench.max_tme': did you mean bench.max_time_s?"),
     Case("experiment-nonexistent", ("experiment=nonexistent",), "unknown experiment 'nonexistent' (choose "
-                                                                 "seed000, seed004)"),
+                                                                 "modern, seed000, seed004)"),
     Case("experiment-typo", ("experiment=seed00",), "unknown experiment 'seed00' (did you mean seed00"),
     Case("python-dir", ("runtime.python=/tmp",), "runtime.python=/tmp is not an executable interpreter"),
     Case("python-dir-single", ("runtime.python=/tmp",), "is not an executable interpreter", single=True),
