@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 
 from experiments.common.errors import LOST, OK
+from experiments.common.options import positive
 from experiments.measure.machine import NOISY_OTHER_CORES, NOISY_WINDOW_SD, WINDOW_S, check
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seconds", type=float, default=10.0, help="how long to time the loop (default %(default)s)")
+    p.add_argument("--seconds", type=positive("--seconds", "10", least=WINDOW_S * 2, strict=False), default=10.0, help="how long to time the loop (default %(default)s)")
 
 
 def run(a: argparse.Namespace) -> int:

@@ -380,6 +380,15 @@ def latest_sweep(uri: str, experiment_name: str) -> Run | None:
     return found[0] if found else None
 
 
+def sweep_run_id(uri: str, experiment_name: str, given: str | None) -> str | None:
+    """A sweep's parent run id as given (`--sweep RUN_ID|last`): `last` is the newest sweep; LookupError if none."""
+    if given != "last":
+        return given
+    if (latest := latest_sweep(uri, experiment_name)) is None:
+        raise LookupError(f"--sweep last: no sweep in experiment {experiment_name!r} at {uri}")
+    return latest.info.run_id
+
+
 def search(uri: str, experiment_name: str, filter_string: str = ""):
     """Runs of the experiment matching an MLflow filter, as a pandas DataFrame (one row per run)."""
     path = sqlite_path(uri)

@@ -61,9 +61,10 @@ def readable(configured: str | None, option: str = "--uri") -> str:
         return uri
     path = file_of(uri, option)
     if not path.exists():
-        said = (f"fix --uri" if configured else "fix MLFLOW_TRACKING_URI, or pass --uri"
-                if os.environ.get("MLFLOW_TRACKING_URI") else f"run a sweep in {Path.cwd()} first "
-                "(python -m experiments.run -m framework=jax,torch model=lenet), or pass --uri")
+        sweep = "nnbench run -m framework=jax,torch model=lenet"
+        said = (f"fix {option}, or run a sweep here first ({sweep} mlflow.tracking_uri={uri})" if configured else
+                f"fix MLFLOW_TRACKING_URI, or pass {option}" if os.environ.get("MLFLOW_TRACKING_URI") else
+                f"run a sweep in {Path.cwd()} first ({sweep}), or pass {option}")
         raise BadInput(f"no store at {uri} (no file {path.absolute()}): {said}")
     try:
         con = sqlite3.connect(f"file:{path.absolute()}?mode=ro", uri=True, timeout=TIMEOUT_S)

@@ -17,7 +17,7 @@ def make_store(tmp_path):
 def test_no_store_is_one_line(tmp_path, capsys):
     assert cli.main(["ui", "--uri", f"sqlite:///{tmp_path}/none.db"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("nnbench ui: error: no local store at sqlite:///") and "run a sweep here first" in line
+    assert line.startswith("nnbench ui: error: no store at sqlite:///") and "run a sweep here first" in line
     assert not (tmp_path / "none.db").exists()
 
 
