@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
 from experiments.common.options import probability, threshold
 from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
@@ -60,6 +60,10 @@ class Level:
 
 
 def run(a: argparse.Namespace) -> int:
+    return answering(a, lambda: bisect(a))
+
+
+def bisect(a: argparse.Namespace) -> int:
     from packaging.version import InvalidVersion, Version  # packaging: only once the arguments parse
     from experiments.harness import envs
 
@@ -269,6 +273,13 @@ class Bisect:
         text = "\n".join([head, "(median per call and the interval a re-run lands in)", *lines,
                           *([f"note: {note}"] if note and found else []), tail])
         print(f"\n{self.title}\n{text}")
+        if hasattr(self.a, "answer"):
+            self.a.answer.update(
+                package=self.a.package, range=self.a.range, versions=vs, measured=measured, skipped=self.skipped,
+                first_changed=vs[found[1]] if found else None, note=note, parent_run_id=self.parent,
+                verdict=str(found[2].verdict) if found else str(Verdict.SAME),
+                **({"before": vs[found[0]], "ratio": found[2].ratio, "ci95": [found[2].ci_low, found[2].ci_high],
+                    "p_value": found[2].p_value} if found else {}))
         t = pd.concat([self.levels[v].rows.assign(**{by: v}) for v in measured], ignore_index=True)
         medians = {run_id: m for v in measured for run_id, procs in self.levels[v].samples.items()
                    for m in [[float(pd.Series(p).median()) for p in procs]]}

@@ -71,6 +71,8 @@ def run(a: argparse.Namespace) -> int:
     else:
         s = tables.summary(t, a.baseline)
         print(s.to_json(orient="records", indent=1) if a.json else tables.markdown(s))
+        if not a.json and "speedup_sure" in s and not s["speedup_sure"].fillna(True).all():
+            print("\n(1.23×): a speedup in parentheses lies within both points' 95% intervals: not a sure difference")
     if a.out:
         pages.write(t, a.out, a.baseline, title=f"nnbench: {fs or a.experiment}")
         if not a.json:

@@ -12,6 +12,7 @@ writes the same files to a folder. --fail-on-regression exits 1 when a slower le
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -36,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when a slower level starts at the newest value (or at or after --since)")
     p.add_argument("--out", type=Path, help="also write report.md, report.html, the CSVs and the plots here")
+    p.add_argument("--json", action="store_true",
+                   help="print the axis's values, the changes and each point's medians as one JSON object")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -44,11 +47,12 @@ def run(a: argparse.Namespace) -> int:
     since = values[-1] if a.since is None else a.since
     if since not in values:
         raise BadInput(f"--since {since} is not a value of {a.by} in the selection: use one of {', '.join(values)}")
-    print(report(s, r, values, a.by, a.threshold, a.fdr))
+    print(as_json(s, r, values, a.by) if a.json else report(s, r, values, a.by, a.threshold, a.fdr))
     title = f"history {a.by} · {fs or a.experiment}"
     run_id = log(uri, a.experiment, title, s, r, values, a.by, a.out,
                  {"by": a.by, "selection": fs, "threshold": a.threshold, "fdr": a.fdr, "values": " ".join(values)})
-    print(f"\nlogged as run {run_id} ({title}) in {uri}" + (f"; report: {a.out / 'report.md'}" if a.out else ""))
+    print(f"\nlogged as run {run_id} ({title}) in {uri}" + (f"; report: {a.out / 'report.md'}" if a.out else ""),
+          file=sys.stderr if a.json else sys.stdout)
     new = values[values.index(since):]
     slower = r[(r["verdict"] == Verdict.SLOWER) & r["where"].isin(new)] if not r.empty else r
     return LOST if a.fail_on_regression and len(slower) else OK
@@ -79,6 +83,17 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float):
     samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
     s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
     return s, history.regressions(s, threshold, alpha), values
+
+
+def as_json(s, r, values: list[str], by: str) -> str:
+    """What history judged, for a script: {"by", "values", "changes": [...], "points": [...]}."""
+    import json  # only for --json
+
+    def records(df) -> list[dict]:
+        return json.loads(df.to_json(orient="records")) if not df.empty else []
+
+    return json.dumps({"by": by, "values": values, "changes": records(r),
+                       "points": records(s.drop(columns=["process_medians_s"], errors="ignore"))}, indent=1)
 
 
 def report(s, r, values: list[str], by: str, threshold: float, alpha: float) -> str:

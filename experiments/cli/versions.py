@@ -15,10 +15,11 @@ environments, --clean [SPECS] removes them. See docs/comparing.md.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 
-from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri, validate
@@ -38,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    return answering(a, lambda: versions(a))
+
+
+def versions(a: argparse.Namespace) -> int:
     from experiments.harness import envs  # packaging and the installers: only once the arguments parse
 
     index, how, cache = build_options(a)
@@ -80,6 +85,7 @@ def build(specs, index, how: str, cache) -> list:
     from experiments.harness import envs  # packaging: only once the arguments parse
 
     base, out = envs.packages(), []
+    print(f"environments for {len(specs)} specs: each built once (a minute or more), then cached", flush=True)
     for spec in specs:
         try:
             env = envs.get(spec, index, how, cache, base)
@@ -127,6 +133,8 @@ def measure(a: argparse.Namespace, uri: str, built) -> int:
         return code
     s, r, values = history.judged(t, by, uri, THRESHOLD, ALPHA)
     print(history.report(s, r, values, by, THRESHOLD, ALPHA))
+    if hasattr(a, "answer"):
+        a.answer.update(json.loads(history.as_json(s, r, values, by)), parent_run_id=parent)
     history.log(uri, a.experiment, title, s, r, values, by, None, {}, parent=parent, status=status)
     print(f"\neach point along {by}: nnbench history --by {by} --sweep {sweep_id} --uri {uri}")
     return code

@@ -106,7 +106,7 @@ def parse(args: list[str]) -> list[Spec]:
         names.append(name)
         lists.append(list(dict.fromkeys(vs)))
     if not names:
-        raise ValueError("no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 -- model=lenet")
+        raise ValueError("no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 model=lenet")
     return [Spec(tuple(zip(names, combo))) for combo in itertools.product(*lists)]
 
 

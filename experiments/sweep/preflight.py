@@ -135,7 +135,7 @@ def jobs(configs: list[Config]) -> list[Job]:
             raise BadInput(problem)
         if problem:
             raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): let `nnbench "
-                           "versions PACKAGE==VERSION -- OVERRIDES` build the environment (see docs/comparing.md)")
+                           "versions PACKAGE==VERSION OVERRIDES` build the environment (see docs/comparing.md)")
     return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in validated]
 
 

@@ -1,7 +1,7 @@
 """Every command's door, as a new user knocks: bad inputs and interrupts each give one line on stderr naming the fix,
 a non-zero exit and no traceback. In-process (`main(argv)`) against one small real store made once; subprocesses only
 where a signal must reach a process."""
-import os
+import json
 import signal
 import subprocess
 import sys
@@ -45,13 +45,13 @@ def store(tmp_path_factory):
     (tmp / "lines.txt").write_text("TIMING\tJAX\tlenet\t32\t0.001\n")
     uri = f"sqlite:///{tmp}/mlruns/mlflow.db"
     exp = tracking.prepare_store(uri, "nnbench")
-    rng = np.random.default_rng(0)
+    rng, sweeps = np.random.default_rng(0), []
     for version, median in (("2.12.0", 1e-3), ("2.13.0", 1.3e-3)):
-        parent = tracking.start_parent(uri, exp, f"sweep {version}", {})
+        sweeps.append(tracking.start_parent(uri, exp, f"sweep {version}", {}))
         for batch in (32, 128):
-            log_point(uri, exp, parent, version, median * batch / 32, batch, rng, tmp)
-        tracking.set_status(uri, parent, "FINISHED")
-    return tmp, uri
+            log_point(uri, exp, sweeps[-1], version, median * batch / 32, batch, rng, tmp)
+        tracking.set_status(uri, sweeps[-1], "FINISHED")
+    return tmp, uri, sweeps
 
 
 def call(argv, capsys):
@@ -169,7 +169,7 @@ BAD = [  # argv, exit code, words the one line must hold
 
 @pytest.mark.parametrize("argv,code,words", BAD, ids=[" ".join(c[0])[:60] for c in BAD])
 def test_bad_input_is_one_line_naming_the_fix(store, capsys, argv, code, words):
-    tmp, uri = store
+    tmp, uri, _ = store
     argv = [a.replace(S, uri).replace("{tmp}", str(tmp)) for a in argv]
     got, err, _ = call(argv, capsys)
     assert got == code and len(err) == 1, (got, err)
@@ -181,20 +181,47 @@ def test_bad_input_is_one_line_naming_the_fix(store, capsys, argv, code, words):
     assert "or pass --uri" not in err[0] or "--uri" not in argv
 
 
+def test_two_sweeps_are_judged_point_by_point(store, capsys):
+    """The second sweep is 30% slower at both points: each is a regression, and --fail-on-regression exits 1."""
+    _, uri, (first, _) = store
+    code, err, out = call(["compare", "--uri", uri, "--sweep", first, "--sweep", "last", "--fail-on-regression"],
+                          capsys)
+    assert code == 1 and not err, err
+    assert out.startswith(f"sweep 1 = {first}, sweep 2 = ") and "2 changes (2 slower, 0 faster) in 2 points" in out
+    code, _, out = call(["compare", "--uri", uri, "--sweep", first, "--sweep", "last", "--json"], capsys)
+    changes = json.loads(out)
+    assert code == 0 and sorted(c["batch_size"] for c in changes) == [32, 128]
+    assert all(c["verdict"] == "slower" and 1.2 < c["ratio"] < 1.4 and c["before"] == first for c in changes)
+
+
+def test_json_is_the_only_stdout(store, capsys):
+    _, uri, _ = store
+    code, _, out = call(["compare", "--uri", uri, "--json", "torch_version=2.13.0"], capsys)
+    rows = json.loads(out)
+    assert code == 0 and [r["batch_size"] for r in rows] == [32, 128] and all(r["variant"] == "torch-eager fp32"
+                                                                             for r in rows)
+    code, err, out = call(["history", "--uri", uri, "--by", "torch_version", "--json"], capsys)
+    got = json.loads(out)
+    assert code == 0 and got["values"] == ["2.12.0", "2.13.0"] and len(got["points"]) == 4
+    assert {c["where"] for c in got["changes"]} == {"2.13.0"} and "logged as run" in err[-1]
+    code, _, out = call(["check", "--seconds", "0.4", "--json"], capsys)
+    assert code in (0, 1) and {"window_sd", "other_cores", "noisy", "line"} <= set(json.loads(out))
+
+
 def test_a_launcher_without_its_plugin_names_the_install():
     """`-m hydra/launcher=slurm` where hydra-submitit-launcher is missing: its options are none (Hydra's list)."""
     line = hydra_errors.missing_option("hydra/launcher/submitit_slurm", [])
     assert "needs its Hydra plugin" in line and "pip install -e '.[launchers]'" in line and "(choose )" not in line
 
 
-def test_version_and_did_you_mean(capsys):
+def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("nnbench ")
 
 
-def interrupted(argv, after_s, ready):
-    """`nnbench ARGV` in a process of its own, sent SIGINT once `ready(stderr so far)`-free time `after_s` passed."""
+def interrupted(argv, after_s):
+    """`nnbench ARGV` in a process of its own, as a terminal's Ctrl-C reaches it: SIGINT after `after_s` seconds."""
     proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], cwd=ROOT, env=user_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(after_s)
@@ -205,9 +232,9 @@ def interrupted(argv, after_s, ready):
 
 @pytest.mark.parametrize("argv,after_s", [
     (["check", "--seconds", "60"], 4),  # in the command's own loop
-    (["overhead", "framework=torch", "model=lenet", "bench=quick", "batch_size=8", "ops=[inference]"], 12),
+    (["overhead",  # in the sweep it runs as a child: stopped the sweep's way, its output kept from the terminal "framework=torch", "model=lenet", "bench=quick", "batch_size=8", "ops=[inference]"], 8),
 ])
 def test_ctrl_c_is_one_line_and_exit_130(argv, after_s):
-    code, err, _ = interrupted(argv, after_s, None)
+    code, err, _ = interrupted(argv, after_s)
     assert code == 130 and len(err) == 1, (code, err)
     assert err[0].startswith(f"nnbench {argv[0]}: error: interrupted") and "Traceback" not in err[0]
