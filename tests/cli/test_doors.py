@@ -232,7 +232,8 @@ def interrupted(argv, after_s):
 
 @pytest.mark.parametrize("argv,after_s", [
     (["check", "--seconds", "60"], 4),  # in the command's own loop
-    (["overhead",  # in the sweep it runs as a child: stopped the sweep's way, its output kept from the terminal "framework=torch", "model=lenet", "bench=quick", "batch_size=8", "ops=[inference]"], 8),
+    # in the sweep it runs as a child: stopped the sweep's way, its output kept from the terminal
+    (["overhead", "framework=torch", "model=lenet", "bench=quick", "batch_size=8", "ops=[inference]"], 8),
 ])
 def test_ctrl_c_is_one_line_and_exit_130(argv, after_s):
     code, err, _ = interrupted(argv, after_s)
