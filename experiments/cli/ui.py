@@ -69,9 +69,7 @@ def run(a: argparse.Namespace) -> int:
         print("serving until Ctrl-C", flush=True)
         proc.wait()
         raise BadInput(f"mlflow ui stopped: {last_error(log)}")
-    except KeyboardInterrupt:
-        return OK
-    finally:
+    finally:  # Ctrl-C goes on up: one line and exit 130, as from every command, once the UI is stopped
         stop(proc)
 
 

@@ -220,6 +220,24 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.startswith("nnbench ")
 
 
+MINIMAL = {"compare": [], "export": ["--format", "timing"], "import": ["f.txt"], "ui": [], "upload": ["d"],
+           "history": ["--by", "x"], "versions": [], "bisect": ["jax", "0.1..0.2"], "ab": ["framework=jax,torch"],
+           "sciml": [], "check": [], "agree": [], "calibrate": [], "overhead": [], "gpucheck": []}
+
+
+@pytest.mark.parametrize("command", sorted(MINIMAL))
+def test_ctrl_c_anywhere_in_a_command_is_one_line_and_130(command, capsys, monkeypatch):
+    """Wherever a Ctrl-C lands in a command (here: as it starts), main() makes it one line and exit 130."""
+    from experiments.cli import COMMANDS
+
+    def interrupt(_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"{COMMANDS[command][0]}.run", interrupt)
+    code, err, _ = call([command, *MINIMAL[command]], capsys)
+    assert code == 130 and err == [f"nnbench {command}: error: interrupted (Ctrl-C): what was finished is kept"]
+
+
 def interrupted(argv, after_s):
     """`nnbench ARGV` in a process of its own, as a terminal's Ctrl-C reaches it: SIGINT after `after_s` seconds."""
     proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], cwd=ROOT, env=user_env(),

@@ -66,7 +66,8 @@ def test_ctrl_c_stops_the_ui_and_its_server_even_started_with_sigint_ignored(tmp
         assert ui.stdout.readline().startswith("starting the MLflow UI")
         assert ui.stdout.readline().startswith("runs table: ")  # printed once the UI answers
         os.kill(ui.pid, signal.SIGINT)
-        assert ui.wait(timeout=60) == 0
+        assert ui.wait(timeout=60) == 130
+        assert ui.stderr.read().strip().startswith("nnbench ui: error: interrupted")
     finally:
         if ui.poll() is None:
             os.killpg(ui.pid, signal.SIGKILL)
