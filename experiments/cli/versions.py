@@ -58,10 +58,10 @@ def versions(a: argparse.Namespace) -> int:
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
     sweep_jobs(a, uri)
+    built = build(specs, index, how, cache)
     if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along
         print(f"nnbench versions: note: one environment ({specs[0]}), nothing to follow along versions: list two "
               "or more versions to compare them", file=sys.stderr)
-    built = build(specs, index, how, cache)
     return measure(a, uri, built)
 
 
