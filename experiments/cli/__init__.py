@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(error_line("interrupted (Ctrl-C): what was finished is kept", f"nnbench {chosen or ''}".strip()),
               file=sys.stderr)
         return INTERRUPTED
-    except BrokenPipeError:  # `nnbench compare | head`: the reader left
-        sys.stderr.close()
+    except BrokenPipeError:  # `nnbench compare | head`: the reader left; Python's last flush at exit goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return LOST
     except Exception as e:  # a fault of nnbench itself: one line to report, not a traceback
         if os.environ.get("NNBENCH_DEBUG"):
