@@ -6,11 +6,11 @@ must move to satisfy it (a flax that supports an older jax), nothing else; built
 (--index-url, --find-links pass through), validated (the versions it imports, a LeNet training step where a framework
 moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
 
-Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments, interleaved (runtime.python varies fastest;
---repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
-environment changed; each point's run carries its environment's spec and versions as params and tags. At the end
-it prints each point's history along the versions, as `nnbench history` would. --list shows the cached
-environments, --clean [SPECS] removes them. See docs/comparing.md.
+Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments,
+interleaved (runtime.python varies fastest; --repeats N adds rounds), under one parent run `versions <specs> ·
+<overrides>` whose params say what each environment changed; each point's run carries its environment's spec and
+versions as params and tags. At the end it prints each point's history along the versions, as `nnbench history`
+would. --list shows the cached environments, --clean [SPECS] removes them. See docs/comparing.md.
 """
 from __future__ import annotations
 

@@ -151,7 +151,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a few models, 5 rounds, bench=quick: under a minute")
     p.add_argument("--models", nargs="+", choices=models.available(), metavar="MODEL",
                    help=f"any of {', '.join(models.available())} (default: all; --quick: {', '.join(QUICK_MODELS)})")
-    p.add_argument("--batch", type=positive("--batch", "32", int), help=f"batch size (default {BATCH}; matmul_chain keeps its m)")
+    p.add_argument("--batch", type=positive("--batch", "32", int),
+                   help=f"batch size (default {BATCH}; matmul_chain keeps its m)")
     p.add_argument("--op", default="inference", choices=OPS)
     p.add_argument("--repeats", type=positive("--repeats", "11", int), help="interleaved rounds of the three methods "
                                                                             "(default 11, --quick 5)")
@@ -159,7 +160,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds each method samples per round, at least {CALLS} calls (default %(default)s): short "
                         "windows, many rounds, so the drift of a process's steady state hits the three alike")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
-    p.add_argument("--torch-threads", type=positive("--torch-threads", "1", int), help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
+    p.add_argument("--torch-threads", type=positive("--torch-threads", "1", int),
+                   help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
                    "1 spares torch's OpenMP barriers the stalls another busy process causes")
 
 

@@ -18,7 +18,8 @@ from experiments.measure.machine import NOISY_OTHER_CORES, NOISY_WINDOW_SD, WIND
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print what the check read as one JSON object, nothing else")
-    p.add_argument("--seconds", type=positive("--seconds", "10", least=WINDOW_S * 2, strict=False), default=10.0, help="how long to time the loop (default %(default)s)")
+    p.add_argument("--seconds", type=positive("--seconds", "10", least=WINDOW_S * 2, strict=False), default=10.0,
+                   help="how long to time the loop (default %(default)s)")
 
 
 def run(a: argparse.Namespace) -> int:

@@ -2,9 +2,9 @@
 
 - harness/bare: the same callable timed by `timing.measure` and by a bare perf_counter loop, interleaved
   in one process (goal: <= 1.02);
-- with --readme, or overrides: the README sweep (or the sweep the overrides give) at the default bench: its wall time against
-  its pure sampling time (ops measured × processes × bench.min_time_s; goal: wall <= 1.5 × sampling), and where
-  the rest went: the fork servers' and workers' starts (imports), first calls (compiles or cache loads),
+- with --readme, or overrides: the README sweep (or the sweep the overrides give) at the default bench: its wall
+  time against its pure sampling time (ops measured × processes × bench.min_time_s; goal: wall <= 1.5 × sampling),
+  and where the rest went: the fork servers' and workers' starts (imports), first calls (compiles or cache loads),
   warm-up, sampling past the minimum, logging, the rest of the jobs (model builds, the workers' set-up) and the
   sweep's own work outside its jobs (Hydra, checks, the store, the report).
 """
