@@ -208,6 +208,8 @@ class Bisect:
             tracking.set_status(self.uri, self.parent, "KILLED")
             raise
         self.report(found, note)
+        if hasattr(a, "answer"):  # --json
+            a.answer.update(self.answer(found, note))
         return OK
 
     def search(self):
@@ -243,6 +245,18 @@ class Bisect:
             "versions (nnbench versions and history show them all)")
         return (lo, hi, last), note
 
+    def answer(self, found, note: str) -> dict:
+        """What --json prints: the first changed version and its evidence."""
+        vs = self.versions
+        out = {"package": self.a.package, "range": self.a.range, "versions": vs,
+               "measured": [v for v in vs if v in self.levels],
+               "skipped": self.skipped, "first_changed": vs[found[1]] if found else None, "note": note,
+               "parent_run_id": self.parent, "verdict": str(found[2].verdict) if found else str(Verdict.SAME)}
+        if found:
+            lo, _, v = found
+            out |= {"before": vs[lo], "ratio": v.ratio, "ci95": [v.ci_low, v.ci_high], "p_value": v.p_value}
+        return out
+
     def report(self, found, note: str) -> None:
         """The evidence on the console and in the parent run (report, CSVs, trend plot with the change marked)."""
         import pandas as pd  # pandas and matplotlib are slow to import: only at the end
@@ -273,13 +287,6 @@ class Bisect:
         text = "\n".join([head, "(median per call and the interval a re-run lands in)", *lines,
                           *([f"note: {note}"] if note and found else []), tail])
         print(f"\n{self.title}\n{text}")
-        if hasattr(self.a, "answer"):
-            self.a.answer.update(
-                package=self.a.package, range=self.a.range, versions=vs, measured=measured, skipped=self.skipped,
-                first_changed=vs[found[1]] if found else None, note=note, parent_run_id=self.parent,
-                verdict=str(found[2].verdict) if found else str(Verdict.SAME),
-                **({"before": vs[found[0]], "ratio": found[2].ratio, "ci95": [found[2].ci_low, found[2].ci_high],
-                    "p_value": found[2].p_value} if found else {}))
         t = pd.concat([self.levels[v].rows.assign(**{by: v}) for v in measured], ignore_index=True)
         medians = {run_id: m for v in measured for run_id, procs in self.levels[v].samples.items()
                    for m in [[float(pd.Series(p).median()) for p in procs]]}
