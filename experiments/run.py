@@ -18,7 +18,7 @@ from experiments.sweep import commandline, ending, interrupts, job
 register()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     job.run(cfg)
 

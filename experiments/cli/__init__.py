@@ -2,20 +2,25 @@
 
 Each subcommand is one module with a docstring (its --help), `add_arguments(parser)` and `run(args) -> int`; only
 the module of the command asked for is imported, so `nnbench --help` stays instant. Every error a user can fix is
-one line, `nnbench <command>: error: <what>: <the fix>`, with the exit codes of `common.errors`. The sweep itself
-stays `python -m experiments.run -m ...` (Hydra's command line).
+one line, `nnbench <command>: error: <what>: <the fix>`, with the exit codes of `common.errors`; Ctrl-C is one
+line and exit 130 from every command. The sweep itself is `nnbench run -m ...`, the same process as
+`python -m experiments.run -m ...` (Hydra's command line). docs/commands.md is the commands' one vocabulary.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from importlib import import_module
 from typing import NoReturn
 
-from experiments.common.errors import BAD_INPUT, BadInput, error_line
+from experiments.common.errors import BAD_INPUT, INTERRUPTED, LOST, BadInput, error_line, first_line
 
 # name: (module, one line for `nnbench --help`)
 COMMANDS = {
+    "run": ("experiments.run", "run a sweep: the same as python -m experiments.run (Hydra's command line)"),
     "compare": ("experiments.cli.compare", "compare stored runs: table, speedups, plots"),
     "export": ("experiments.cli.export", "print a store's medians as seed 000's TIMING/METADATA lines"),
     "import": ("experiments.cli.import_", "log a file of TIMING/METADATA lines as runs"),
@@ -34,7 +39,8 @@ COMMANDS = {
 }
 DESCRIPTION = "nnbench: JAX/Flax vs PyTorch benchmarks. These commands read, compare and repair what sweeps logged, " \
               "and check the harness and the machine."
-EPILOG = "The sweep itself: python -m experiments.run -m framework=jax,torch model=lenet (see README.md)."
+EPILOG = "The sweep itself: nnbench run -m framework=jax,torch model=lenet (or python -m experiments.run -m ...; " \
+         "see README.md and docs/commands.md)."
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,10 +67,14 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
 def parser(chosen: str | None = None) -> tuple[Parser, Parser | None]:
     """The command line, and `chosen`'s own parser: only its module is imported, to add its arguments."""
     top = Parser(prog="nnbench", description=DESCRIPTION, epilog=EPILOG, formatter_class=Formatter)
+    top.add_argument("--version", action="version", version=f"nnbench {installed()}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True,
                              title="commands (nnbench COMMAND --help for each)")
     mine = None
     for name, (module, line) in COMMANDS.items():
+        if name == "run":  # Hydra parses the sweep's command line: main() hands it over whole
+            sub.add_parser(name, help=line, add_help=False)
+            continue
         p = sub.add_parser(name, help=line, description=line, formatter_class=Formatter)
         if name == chosen:
             m = import_module(module)
@@ -75,10 +85,42 @@ def parser(chosen: str | None = None) -> tuple[Parser, Parser | None]:
     return top, mine
 
 
+def installed() -> str:
+    try:
+        return version("nnbench")
+    except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    argv, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    if argv[:1] == ["run"]:  # the sweep: this process becomes `python -m experiments.run`, its signals and all
+        os.execv(sys.executable, [sys.executable, "-m", "experiments.run", *argv[1:]])
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen is not None and chosen not in COMMANDS and chosen == argv[0]:
+        near = difflib.get_close_matches(chosen, COMMANDS, n=1)
+        Parser(prog="nnbench").error(f"no command {chosen!r}: " + (f"did you mean nnbench {near[0]}?" if near else
+                                     f"use one of {', '.join(COMMANDS)}"))
+    try:
+        return dispatch(argv, chosen)
+    except KeyboardInterrupt:  # one place for every command: what was finished is kept
+        print(error_line("interrupted (Ctrl-C): what was finished is kept", f"nnbench {chosen or ''}".strip()),
+              file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:  # `nnbench compare | head`: the reader left; Python's last flush at exit goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return LOST
+    except Exception as e:  # a fault of nnbench itself: one line to report, not a traceback
+        if os.environ.get("NNBENCH_DEBUG"):
+            raise
+        print(error_line(f"unexpected {type(e).__name__}: {first_line(e)}: set NNBENCH_DEBUG=1 for the traceback, "
+                         "and report it", f"nnbench {chosen or ''}".strip()), file=sys.stderr)
+        return LOST
+
+
+def dispatch(argv: list[str], chosen: str | None) -> int:
+    """Parse the command line and run the command asked for."""
+    argv, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     top, mine = parser(chosen if chosen in COMMANDS else None)
     args, extra = top.parse_known_args(argv)
     if "overrides" in vars(args):  # a command that runs a sweep: its overrides, wherever they are, and after --

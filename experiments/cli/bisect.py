@@ -20,10 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
+from experiments.common.options import probability, threshold
 from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
-from experiments.store.uris import store_uri
+from experiments.store.uris import store_uri, validate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("range", metavar="A..B", help="versions from A to B, both included, e.g. 0.10.0..0.10.2")
     p.add_argument("overrides", nargs="*", help="the sweep's overrides, for one point: e.g. model=lenet "
                                                 "ops=[training] batch_size=128")
-    p.add_argument("--threshold", type=float, default=THRESHOLD, help="smallest change that counts (default 5%%)")
-    p.add_argument("--alpha", type=float, default=ALPHA, help="significance level (default %(default)s)")
+    p.add_argument("--threshold", type=threshold, default=THRESHOLD,
+                   help="smallest change that counts: a fraction or a percentage (default 0.05, i.e. 5%%)")
+    p.add_argument("--alpha", type=probability("--alpha"), default=ALPHA,
+                   help="significance level of each comparison (default %(default)s)")
     p.add_argument("--pre", action="store_true", help="include pre-releases and nightlies (.dev) in the range")
     add_environments(p)
 
@@ -57,11 +60,16 @@ class Level:
 
 
 def run(a: argparse.Namespace) -> int:
+    return answering(a, lambda: bisect(a))
+
+
+def bisect(a: argparse.Namespace) -> int:
     from packaging.version import InvalidVersion, Version  # packaging: only once the arguments parse
     from experiments.harness import envs
 
     index, how, cache = build_options(a)
     try:
+        envs.in_range([], a.range)  # the range's form first: "is not A..B", "runs backwards"
         pre = a.pre or any(Version(b).is_prerelease for b in a.range.split("..") if b)
         listed = envs.released(a.package, index, pre)
         versions = envs.in_range(listed, a.range, pre)
@@ -74,6 +82,7 @@ def run(a: argparse.Namespace) -> int:
                        f"({', '.join(versions) or 'none'}; the index has {', '.join(listed[-8:]) or 'none'}): "
                        "widen the range")
     uri = store_uri(a.uri)
+    validate(a.uri, a.experiment, "--uri")
     jobs = sweep_jobs(a, uri)
     if len(jobs) != 1 or len(jobs[0].points) != 1 or len(jobs[0].points[0].ops) != 1:
         n = sum(len(p.ops) for j in jobs for p in j.points)
@@ -199,6 +208,8 @@ class Bisect:
             tracking.set_status(self.uri, self.parent, "KILLED")
             raise
         self.report(found, note)
+        if hasattr(a, "answer"):  # --json
+            a.answer.update(self.answer(found, note))
         return OK
 
     def search(self):
@@ -233,6 +244,18 @@ class Bisect:
             f"the step {vs[lo]} → {vs[hi]} alone is below the verdict's reach: the change may be spread over several "
             "versions (nnbench versions and history show them all)")
         return (lo, hi, last), note
+
+    def answer(self, found, note: str) -> dict:
+        """What --json prints: the first changed version and its evidence."""
+        vs = self.versions
+        out = {"package": self.a.package, "range": self.a.range, "versions": vs,
+               "measured": [v for v in vs if v in self.levels],
+               "skipped": self.skipped, "first_changed": vs[found[1]] if found else None, "note": note,
+               "parent_run_id": self.parent, "verdict": str(found[2].verdict) if found else str(Verdict.SAME)}
+        if found:
+            lo, _, v = found
+            out |= {"before": vs[lo], "ratio": v.ratio, "ci95": [v.ci_low, v.ci_high], "p_value": v.p_value}
+        return out
 
     def report(self, found, note: str) -> None:
         """The evidence on the console and in the parent run (report, CSVs, trend plot with the change marked)."""

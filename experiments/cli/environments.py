@@ -3,14 +3,16 @@ the sweep's overrides validated before anything is built, and the sweep they run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
 from experiments.common.config import ROOT
+from experiments.common.child import run_to_end
 from experiments.common.errors import BadInput
+from experiments.common.options import positive
 
 # Keys of a sweep that `nnbench versions` and `bisect` set themselves, and what to use instead.
 SET_BY_COMMAND = {"runtime.python": "it runs one environment per version", "repeat": "use --repeats",
@@ -28,10 +30,25 @@ def add_environments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--installer", choices=("uv", "pip"), help="default: uv when installed, else pip")
     p.add_argument("--cache", type=Path, help="the environments' cache (default: $NNBENCH_ENV_CACHE, else "
                                               "~/.cache/nnbench/envs)")
-    p.add_argument("--repeats", type=int, default=1,
+    p.add_argument("--repeats", type=positive("--repeats", "3", int), default=1,
                    help="rounds of the sweep, interleaved (repeat=0..N-1; default %(default)s)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the answer as one JSON object on stdout; the "
+                                                       "progress and the sweep's own lines go to stderr")
+
+
+def answering(a: argparse.Namespace, work) -> int:
+    """`work()`'s exit code; with --json everything it prints goes to stderr, then `a.answer` as JSON to stdout."""
+    if not a.json:
+        return work()
+    import json  # only for --json
+
+    a.answer = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = work()
+    print(json.dumps(a.answer, indent=1, default=str))
+    return code
 
 
 def build_options(a: argparse.Namespace):
@@ -73,4 +90,4 @@ def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> 
     argv = [sys.executable, "-m", "experiments.run", "-m", *a.overrides, *rounds, f"runtime.python={quoted}",
             f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}", f"mlflow.parent_run_id={parent}"]
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(argv, env=environ).returncode
+    return run_to_end(argv, env=environ, stdout=sys.stderr if getattr(a, "json", False) else None).returncode

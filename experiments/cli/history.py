@@ -12,12 +12,14 @@ writes the same files to a folder. --fail-on-regression exits 1 when a slower le
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from functools import cache
 from pathlib import Path
 
 from experiments.cli.selection import add_selection, select
 from experiments.common.errors import LOST, OK, BadInput
+from experiments.common.options import probability, threshold
 from experiments.report.verdict import ALPHA, THRESHOLD, Verdict
 
 AXES = "jax_version, torch_version, run_date, nnbench_git_commit, env_spec, repeat, ..."
@@ -26,30 +28,31 @@ AXES = "jax_version, torch_version, run_date, nnbench_git_commit, env_spec, repe
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_selection(p)
     p.add_argument("--by", required=True, help=f"the axis, a tag or param: {AXES}")
-    p.add_argument("--threshold", type=float, default=THRESHOLD, help="smallest change that counts (default 5%%)")
-    p.add_argument("--alpha", type=float, default=ALPHA,
-                   help="false discovery rate across the points judged (default %(default)s)")
+    p.add_argument("--threshold", type=threshold, default=THRESHOLD,
+                   help="smallest change that counts: a fraction or a percentage (default 0.05, i.e. 5%%)")
+    p.add_argument("--fdr", type=probability("--fdr"), default=ALPHA,
+                   help="false discovery rate across the points judged, Benjamini-Hochberg (default %(default)s)")
     p.add_argument("--since", help="with --fail-on-regression: a value of --by; a slower level starting at or after "
                                    "it fails (default: the newest value)")
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when a slower level starts at the newest value (or at or after --since)")
     p.add_argument("--out", type=Path, help="also write report.md, report.html, the CSVs and the plots here")
+    p.add_argument("--json", action="store_true",
+                   help="print the axis's values, the changes and each point's medians as one JSON object")
 
 
 def run(a: argparse.Namespace) -> int:
-    if not 0 < a.alpha < 1 or a.threshold < 0:
-        raise BadInput(f"--alpha must be in (0, 1) and --threshold >= 0 (got {a.alpha}, {a.threshold}): "
-                       "e.g. --alpha 0.05 --threshold 0.05")
     t, uri, fs = select(a)
-    s, r, values = judged(t, a.by, uri, a.threshold, a.alpha)
+    s, r, values = judged(t, a.by, uri, a.threshold, a.fdr)
     since = values[-1] if a.since is None else a.since
     if since not in values:
         raise BadInput(f"--since {since} is not a value of {a.by} in the selection: use one of {', '.join(values)}")
-    print(report(s, r, values, a.by, a.threshold, a.alpha))
+    print(as_json(s, r, values, a.by) if a.json else report(s, r, values, a.by, a.threshold, a.fdr))
     title = f"history {a.by} · {fs or a.experiment}"
     run_id = log(uri, a.experiment, title, s, r, values, a.by, a.out,
-                 {"by": a.by, "selection": fs, "threshold": a.threshold, "alpha": a.alpha, "values": " ".join(values)})
-    print(f"\nlogged as run {run_id} ({title}) in {uri}" + (f"; report: {a.out / 'report.md'}" if a.out else ""))
+                 {"by": a.by, "selection": fs, "threshold": a.threshold, "fdr": a.fdr, "values": " ".join(values)})
+    print(f"\nlogged as run {run_id} ({title}) in {uri}" + (f"; report: {a.out / 'report.md'}" if a.out else ""),
+          file=sys.stderr if a.json else sys.stdout)
     new = values[values.index(since):]
     slower = r[(r["verdict"] == Verdict.SLOWER) & r["where"].isin(new)] if not r.empty else r
     return LOST if a.fail_on_regression and len(slower) else OK
@@ -80,6 +83,17 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float):
     samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
     s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
     return s, history.regressions(s, threshold, alpha), values
+
+
+def as_json(s, r, values: list[str], by: str) -> str:
+    """What history judged, for a script: {"by", "values", "changes": [...], "points": [...]}."""
+    import json  # only for --json
+
+    def records(df) -> list[dict]:
+        return json.loads(df.to_json(orient="records")) if not df.empty else []
+
+    return json.dumps({"by": by, "values": values, "changes": records(r),
+                       "points": records(s.drop(columns=["process_medians_s"], errors="ignore"))}, indent=1)
 
 
 def report(s, r, values: list[str], by: str, threshold: float, alpha: float) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from experiments.cli.selection import add_uri
 from experiments.common.config import PRECISIONS
 from experiments.common.errors import OK, BadInput, first_line
-from experiments.store.uris import store_uri
+from experiments.store.uris import validate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,16 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from experiments.store import imported_lines, tracking  # mlflow is slow to import: only after parsing
 
+    pairs = [pair.partition("=") for pair in a.framework_map.split(",") if pair]
+    if bad := [name for name, sep, mode in pairs if not (name and sep and mode)]:
+        raise BadInput(f"--framework-map {a.framework_map!r}: {bad[0]!r} is not NAME=MODE: e.g. --framework-map "
+                       "JAX=jax-jit,PyTorch=torch-eager")
+    mapping = {name: mode for name, _, mode in pairs}
     try:
         data = a.file.read_bytes()
-        mapping = dict(pair.split("=", 1) for pair in a.framework_map.split(",") if pair)
         sha = hashlib.sha256(data).hexdigest()
         recs = imported_lines.records_of(data.decode(), mapping, a.precision, sha, a.file.name)
-    except (OSError, ValueError, UnicodeDecodeError) as e:  # lines.BadLine is a ValueError
+    except OSError as e:
+        raise BadInput(f"cannot read {a.file} ({e.strerror or e}): give a file of TIMING/METADATA lines") from None
+    except (ValueError, UnicodeDecodeError) as e:  # lines.BadLine is a ValueError
         raise BadInput(first_line(e)) from None
-    uri = store_uri(a.uri)
+    uri = validate(a.uri, a.experiment, "--uri")
     try:
-        exp_id = tracking.open_store(uri, a.experiment)
+        exp_id = tracking.open_store(uri, a.experiment, "--uri")
     except tracking.StoreUnavailable as e:
         raise BadInput(str(e)) from None
     done = tracking.find_runs(uri, exp_id, f"tags.import_sha256 = '{sha}'")

@@ -1,46 +1,117 @@
 """The run selection the reading commands share (`key=value`, `--filter`, `--sweep`, `--uri`, `--experiment`,
-`--exclude-noisy`) and the store option, read the same way by every command that takes them."""
+`--exclude-noisy`) and the store option, read the same way by every command that takes them.
+
+`key=a,b` selects either value; a key no run has gets a did-you-mean from the runs' params and tags, and a
+selection that matches nothing says what there is."""
 from __future__ import annotations
 
 import argparse
+import difflib
 
 from experiments.common.errors import BadInput, first_line
-from experiments.store.select import filter_string
-from experiments.store.uris import DEFAULT_URI, store_uri
+from experiments.store.select import filter_string, pairs_of
+from experiments.store.uris import DEFAULT_URI, failure, readable
+
+# Columns of the selected rows that are no param or tag of a run (report.tables.tidy adds them per op)
+ROW_KEYS = ("op", "variant", "run_date")
+HIDDEN = ("run_id", "run_name", "start_time")  # columns no selection names
 
 
 def add_uri(p: argparse.ArgumentParser, default: str | None = None) -> None:
     p.add_argument("--uri", help=default or f"tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
 
 
-def add_selection(p: argparse.ArgumentParser) -> None:
+def add_sweep(p: argparse.ArgumentParser, **kw) -> None:
+    p.add_argument("--sweep", metavar="RUN_ID|last", **({"help": "a sweep's parent run id, or last (the newest "
+                                                         "sweep in the store): its points only"} | kw))
+
+
+def add_selection(p: argparse.ArgumentParser, sweep: dict | None = None) -> None:
     """The run selection: key=value pairs, --filter, --sweep, --uri, --experiment, --exclude-noisy."""
     p.add_argument("filters", nargs="*", metavar="key=value",
-                   help="a param (model, framework, mode, precision, batch_size, device, ...) or a tag "
-                        "(torch_version, env_fingerprint, ...)")
+                   help="a param (model, framework, mode, precision, batch_size, device, ...), a tag "
+                        "(torch_version, env_fingerprint, ...) or op; key=a,b selects either value")
     p.add_argument("--filter", help="an MLflow filter string, AND-ed with the pairs")
-    p.add_argument("--sweep", help="the parent run id of a sweep: its points only")
+    add_sweep(p, **(sweep or {}))
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
     p.add_argument("--exclude-noisy", action="store_true",
                    help="leave out runs tagged noisy=true (other processes used the CPU while they were measured)")
 
 
-def select(a: argparse.Namespace):
-    """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
-    naming the fix) for a bad filter, a store that can't be read, or nothing selected."""
+def sweep_id(uri: str, experiment: str, given: str | None) -> str | None:
+    """--sweep's run id: `last` is the newest sweep in the store; BadInput where there is none."""
+    from experiments.store import tracking  # mlflow is slow to import: only once a sweep is asked for
+
+    try:
+        return tracking.sweep_run_id(uri, experiment, given)
+    except LookupError as e:
+        raise BadInput(f"{e}: run one (nnbench run -m framework=jax,torch model=lenet), or give --sweep RUN_ID") \
+            from None
+    except Exception as e:
+        raise BadInput(failure(uri, e, "--uri")) from None
+
+
+def search(uri: str, experiment: str, fs: str):
+    """The runs of a filter as report.tables.tidy rows; BadInput for a bad filter or a store that fails."""
     from experiments.report import tables  # pandas and mlflow are slow to import: only after parsing
     from experiments.store import tracking
 
-    uri = store_uri(a.uri)
     try:
-        fs = filter_string(a.filters, a.filter, a.sweep)
-        t = tables.tidy(tracking.search(uri, a.experiment, fs))
-    except Exception as e:  # a bad filter, an unreachable store, no such experiment: the store's own words
-        raise BadInput(first_line(e)) from None
+        return tables.tidy(tracking.search(uri, experiment, fs))
+    except LookupError as e:  # no such experiment
+        raise BadInput(f"{e}: check --experiment and --uri") from None
+    except Exception as e:
+        text = str(e)
+        if "filter" in text.lower() or "INVALID_PARAMETER_VALUE" in text:  # MLflow's words for a bad --filter
+            raise BadInput(f"{first_line(e)}: fix --filter (e.g. --filter \"params.model = 'lenet'\")") from None
+        raise BadInput(failure(uri, e, "--uri")) from None
+
+
+def select(a: argparse.Namespace, sweep: str | None = None):
+    """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
+    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is)."""
+    uri = readable(a.uri)
+    sweep = sweep or sweep_id(uri, a.experiment, a.sweep)
+    try:
+        pairs = pairs_of(a.filters)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    single = {k: v for k, v in pairs.items() if len(v) == 1 and k.split(".")[-1] not in ROW_KEYS}
+    fs = filter_string(single, a.filter, sweep)
+    t = search(uri, a.experiment, fs)
+    for key, values in pairs.items():
+        if key not in single and not t.empty:
+            column = key.split(".", 1)[1] if key.startswith(("params.", "tags.")) else key
+            t = t[t[column].astype(str).isin(values)] if column in t else t.iloc[:0]
     if a.exclude_noisy and not t.empty and "noisy" in t:
         t = t[t["noisy"] != "true"]
     if t.empty:
-        raise BadInput(f"no measured runs match {fs or 'the experiment'} in {a.experiment} at {uri}: "
-                       f"fix the filters (nnbench {a.command} --help)")
-    return t, uri, fs
+        raise BadInput(nothing(a, uri, pairs, filter_string({}, a.filter, sweep)))
+    return t, uri, filter_string(pairs, a.filter, sweep)
+
+
+def nothing(a: argparse.Namespace, uri: str, pairs: dict[str, list[str]], base: str) -> str:
+    """Why a selection matched nothing, in one line: what the runs without the pairs hold."""
+    every = search(uri, a.experiment, base)
+    where = f"in experiment {a.experiment!r} at {uri}" + (f" ({base})" if base else "")
+    if every.empty:
+        return (f"no measured runs {where}: run a sweep (nnbench run -m framework=jax,torch model=lenet)" if not base
+                else f"no measured runs {where}: fix --sweep / --filter")
+    for key, values in pairs.items():
+        column = key.split(".", 1)[1] if key.startswith(("params.", "tags.")) else key
+        if column not in every:
+            keys = [c for c in every.columns if c not in HIDDEN and every[c].notna().any()]
+            near = difflib.get_close_matches(column, keys, n=3)
+            return (f"no run has a param or tag {column!r}: " + (f"did you mean {' or '.join(near)}?" if near else
+                    f"use one of {', '.join(sorted(keys)[:30])}"))
+        have = sorted(every[column].dropna().astype(str).unique(), key=lambda v: (len(v), v))
+        if not set(values) & set(have):
+            near = difflib.get_close_matches(values[0], have, n=1)
+            hint = f"did you mean {column}={near[0]}? " if near else ""
+            return (f"{column}={','.join(values)} matches no run {where}: {hint}{column} is one of "
+                    f"{', '.join(have[:20])}")
+    if a.exclude_noisy:
+        return f"every run that matches is tagged noisy=true {where}: drop --exclude-noisy, or measure again"
+    said = " ".join(f"{k}={','.join(v)}" for k, v in pairs.items())
+    return f"no run has {said} together {where}: drop a pair (nnbench {a.command} without it lists what there is)"

@@ -19,33 +19,43 @@ import urllib.request
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
-from experiments.common.errors import OK, BadInput, first_line
-from experiments.store.uris import UI_PORT, sqlite_path, store_uri
+from experiments.common.errors import OK, BadInput
+from experiments.common.options import positive
+from experiments.store.uris import UI_PORT, failure, readable, sqlite_path
 
 READY_S = 120  # `mlflow ui` took 14-20 s to answer /health on 2 busy cores
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=UI_PORT, help="port on 127.0.0.1 (default %(default)s: the port the "
+    p.add_argument("--port", type=port, default=UI_PORT, help="port on 127.0.0.1 (default %(default)s: the port the "
                                                               "links a sweep prints name)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 
 
+def port(text: str) -> int:
+    n = positive("--port", str(UI_PORT), int, least=1, strict=False)(text)
+    if n > 65535:
+        raise argparse.ArgumentTypeError(f"--port {text} is past 65535: e.g. --port {UI_PORT}")
+    return n
+
+
 def run(a: argparse.Namespace) -> int:
     from experiments.store import tracking  # mlflow is slow to import: only after parsing
 
-    uri = store_uri(a.uri)
+    uri = readable(a.uri)
     server = uri.startswith(("http://", "https://"))
     path = sqlite_path(uri)
-    if not server and (path is None or not path.exists()):
-        raise BadInput(f"no local store at {uri}: run a sweep here first, or pass --uri (a sqlite:/// file or a "
-                       "tracking server's http:// URI)")
+    if not server and path is None:
+        raise BadInput(f"nnbench ui serves a sqlite store or links a tracking server, not {uri}: pass --uri "
+                       "sqlite:///PATH.db or http(s)://HOST:PORT")
     try:
-        exp = tracking.open_store(uri, a.experiment)
+        exp = tracking.open_store(uri, a.experiment, "--uri")
         latest = tracking.latest_sweep(uri, a.experiment)
+    except tracking.StoreUnavailable as e:
+        raise BadInput(str(e)) from None
     except Exception as e:
-        raise BadInput(first_line(e)) from None
+        raise BadInput(failure(uri, e, "--uri")) from None
     if server:
         links(uri, exp, latest, a.port)
         return OK
@@ -59,9 +69,7 @@ def run(a: argparse.Namespace) -> int:
         print("serving until Ctrl-C", flush=True)
         proc.wait()
         raise BadInput(f"mlflow ui stopped: {last_error(log)}")
-    except KeyboardInterrupt:
-        return OK
-    finally:
+    finally:  # Ctrl-C goes on up: one line and exit 130, as from every command, once the UI is stopped
         stop(proc)
 
 

@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
-from experiments.common.errors import BAD_INPUT, LOST, OK, error_line, first_line
+from experiments.common.errors import BAD_INPUT, LOST, OK, BadInput, error_line, first_line
 from experiments.store.records import META, Record
 from experiments.store.sweepdir import STATE, Sweep
-from experiments.store.uris import store_uri
+from experiments.store.uris import store_uri, validate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    if not a.directory.is_dir():
+        raise BadInput(f"no directory {a.directory}: give a sweep's or job's directory (e.g. multirun/2026-01-02/"
+                       "03-04-05), or a folder above them")
+    if a.uri:
+        validate(a.uri, a.experiment or "nnbench", "--uri")
     from experiments.store import repair, tracking  # mlflow is slow to import: only after parsing
     from experiments.sweep import ending
 
@@ -35,8 +40,8 @@ def run(a: argparse.Namespace) -> int:
         sweep = Sweep.above(meta.parent)
         groups[sweep.directory if sweep else None].append(meta.parent)
     if not groups:
-        print(f"nothing to log under {a.directory}")
-        return OK
+        raise BadInput(f"no point saved under {a.directory} (no points/*/{META}): give a sweep's or job's directory, "
+                       "or a folder above them")
     code, done = OK, 0
     for sweep_dir, dirs in groups.items():
         sweep = Sweep(sweep_dir) if sweep_dir else None
@@ -49,7 +54,8 @@ def run(a: argparse.Namespace) -> int:
         own = state is not None and state.uri == uri
         try:
             cfg = Record.load(dirs[0]).config  # as logged: common.config.logged
-            exp_id = tracking.open_store(uri, a.experiment or cfg["mlflow"]["experiment_name"])
+            exp_id = tracking.open_store(uri, a.experiment or cfg["mlflow"]["experiment_name"],
+                                         "--uri" if a.uri else "mlflow.tracking_uri")
             for d in dirs:
                 if what := repair.sync_point(uri, exp_id, d, state.parent_run_id if own else None, own):
                     print(f"{d}: {what}")

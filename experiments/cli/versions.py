@@ -1,4 +1,4 @@
-"""Measure a sweep in one environment per version: `nnbench versions jax==0.10.0,0.10.1,0.10.2 -- model=lenet`.
+"""Measure a sweep in one environment per version: `nnbench versions jax==0.10.0,0.10.1,0.10.2 model=lenet`.
 
 Each PACKAGE==V1,V2,... lists versions; with several packages the specs are their cross product. Each spec gets a
 measuring environment: this one with the spec pinned (jax pins jaxlib at the same version), and what the installer
@@ -6,44 +6,62 @@ must move to satisfy it (a flax that supports an older jax), nothing else; built
 (--index-url, --find-links pass through), validated (the versions it imports, a LeNet training step where a framework
 moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
 
-Then the sweep (the overrides after --) runs across the environments, interleaved (runtime.python varies fastest;
---repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
-environment changed; each point's run carries its environment's spec and versions as params and tags. At the end
-it prints each point's history along the versions, as `nnbench history` would. --list shows the cached
-environments, --clean [SPECS] removes them. See docs/comparing.md.
+Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments,
+interleaved (runtime.python varies fastest; --repeats N adds rounds), under one parent run `versions <specs> ·
+<overrides>` whose params say what each environment changed; each point's run carries its environment's spec and
+versions as params and tags. At the end it prints each point's history along the versions, as `nnbench history`
+would. --list shows the cached environments, --clean [SPECS] removes them. See docs/comparing.md.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import sys
 
-from experiments.cli.environments import add_environments, build_options, sweep, sweep_jobs
+from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
-from experiments.store.uris import store_uri
+from experiments.store.uris import store_uri, validate
+
+
+SPEC = re.compile(r"[=!<>~]=")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("specs", nargs="*", metavar="PACKAGE==V1,V2,...", help="e.g. jax==0.10.0,0.10.1,0.10.2")
-    p.set_defaults(overrides=[])  # what follows --: the sweep's overrides
-    p.epilog = "After --: the sweep's overrides, e.g. -- model=lenet framework=jax"
+    p.add_argument("specs", nargs="*", metavar="PACKAGE==V1,V2,... | key=value",
+                   help="versions, e.g. jax==0.10.0,0.10.1,0.10.2; and the sweep's overrides, e.g. model=lenet")
+    p.set_defaults(overrides=[])  # the sweep's overrides: wherever they are on the line, and after --
+    p.epilog = "The sweep's overrides go anywhere on the line (-- is optional): e.g. model=lenet framework=jax"
     p.add_argument("--list", action="store_true", help="list the cached environments")
     p.add_argument("--clean", action="store_true", help="remove the cached environments (of the specs, if given)")
     add_environments(p)
 
 
 def run(a: argparse.Namespace) -> int:
+    return answering(a, lambda: versions(a))
+
+
+def versions(a: argparse.Namespace) -> int:
     from experiments.harness import envs  # packaging and the installers: only once the arguments parse
 
     index, how, cache = build_options(a)
+    # a spec is told from an override by its comparison (jax==0.10.0); anything else with = is an override
+    a.overrides = [s for s in a.specs if "=" in s and not SPEC.search(s)] + a.overrides
+    a.specs = [s for s in a.specs if s not in a.overrides]
     try:
         specs = envs.parse(a.specs) if a.specs or not (a.list or a.clean) else []
     except ValueError as e:
-        raise BadInput(f"{e} (the sweep's overrides go after --)") from None
+        raise BadInput(str(e)) from None
     if a.list or a.clean:
         return manage(a, specs, cache)
     uri = store_uri(a.uri)
+    validate(a.uri, a.experiment, "--uri")
     sweep_jobs(a, uri)
     built = build(specs, index, how, cache)
+    if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along
+        print(f"nnbench versions: note: one environment ({specs[0]}), nothing to follow along versions: list two "
+              "or more versions to compare them", file=sys.stderr)
     return measure(a, uri, built)
 
 
@@ -67,6 +85,7 @@ def build(specs, index, how: str, cache) -> list:
     from experiments.harness import envs  # packaging: only once the arguments parse
 
     base, out = envs.packages(), []
+    print(f"environments for {len(specs)} specs: each built once (a minute or more), then cached", flush=True)
     for spec in specs:
         try:
             env = envs.get(spec, index, how, cache, base)
@@ -114,6 +133,8 @@ def measure(a: argparse.Namespace, uri: str, built) -> int:
         return code
     s, r, values = history.judged(t, by, uri, THRESHOLD, ALPHA)
     print(history.report(s, r, values, by, THRESHOLD, ALPHA))
+    if hasattr(a, "answer"):
+        a.answer.update(json.loads(history.as_json(s, r, values, by)), parent_run_id=parent)
     history.log(uri, a.experiment, title, s, r, values, by, None, {}, parent=parent, status=status)
     print(f"\neach point along {by}: nnbench history --by {by} --sweep {sweep_id} --uri {uri}")
     return code

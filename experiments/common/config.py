@@ -23,7 +23,7 @@ from omegaconf import MISSING, OmegaConf
 from experiments.common.protocol import Budget
 
 ROOT = Path(__file__).resolve().parents[2]  # the suite's checkout (conf/, experiments/, models/)
-CONF = ROOT / "conf"
+CONF = ROOT / "experiments" / "conf"  # shipped inside the package (a link to the checkout's conf/)
 BACKENDS = ROOT / "experiments" / "measure" / "backends"
 # The README's sweep: the one spelling the self-checks and the tests use.
 README_SWEEP = ("framework=jax,torch", "model=lenet")

@@ -13,7 +13,7 @@ from typing import NoReturn
 OK = 0
 LOST = 1  # something was lost or not logged, a self-check failed, or a regression was found
 BAD_INPUT = 2  # input the user must fix, or a store that can't be opened; nothing was written
-# 128 + signal number (130 SIGINT, 143 SIGTERM): interrupted; what was finished is kept
+INTERRUPTED = 130  # 128 + SIGINT (143 for SIGTERM): interrupted; what was finished is kept
 
 
 class BadInput(Exception):

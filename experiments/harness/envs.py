@@ -106,7 +106,7 @@ def parse(args: list[str]) -> list[Spec]:
         names.append(name)
         lists.append(list(dict.fromkeys(vs)))
     if not names:
-        raise ValueError("no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 -- model=lenet")
+        raise ValueError("no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 model=lenet")
     return [Spec(tuple(zip(names, combo))) for combo in itertools.product(*lists)]
 
 
@@ -394,6 +394,8 @@ def in_range(versions: list[str], bounds: str, pre: bool = False) -> list[str]:
         lo_v, hi_v = (Version(b) if b else None for b in (lo, hi))
     except InvalidVersion:
         raise ValueError(f"range {bounds!r} is not A..B of versions: e.g. 0.10.0..0.10.2") from None
+    if lo_v and hi_v and lo_v > hi_v:
+        raise ValueError(f"range {bounds!r} runs backwards: use {hi}..{lo}")
     out = {Version(v) for v in versions}
     return [str(v) for v in sorted(out) if (pre or not (v.is_prerelease or v.is_devrelease))
             and not (lo_v and v < lo_v) and not (hi_v and v > hi_v)]

@@ -28,6 +28,7 @@ from torch.utils.benchmark import Timer
 
 import models
 from experiments.common.config import CONF, OPS, bench_budget
+from experiments.common.options import positive
 from experiments.common.protocol import Budget, Setup
 from experiments.measure.backends import Step, load
 from experiments.measure.meter import background_cores, meter
@@ -147,17 +148,20 @@ def _load(avg: tuple[float, float, float]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="a few models, 3 rounds, bench=quick: under a minute")
+    p.add_argument("--quick", action="store_true", help="a few models, 5 rounds, bench=quick: under a minute")
     p.add_argument("--models", nargs="+", choices=models.available(), metavar="MODEL",
                    help=f"any of {', '.join(models.available())} (default: all; --quick: {', '.join(QUICK_MODELS)})")
-    p.add_argument("--batch", type=int, help=f"batch size (default {BATCH}; matmul_chain keeps its m)")
+    p.add_argument("--batch", type=positive("--batch", "32", int),
+                   help=f"batch size (default {BATCH}; matmul_chain keeps its m)")
     p.add_argument("--op", default="inference", choices=OPS)
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 11, --quick 5)")
-    p.add_argument("--window", type=float, default=0.25,
+    p.add_argument("--repeats", type=positive("--repeats", "11", int), help="interleaved rounds of the three methods "
+                                                                            "(default 11, --quick 5)")
+    p.add_argument("--window", type=positive("--window", "0.25"), default=0.25,
                    help=f"seconds each method samples per round, at least {CALLS} calls (default %(default)s): short "
                         "windows, many rounds, so the drift of a process's steady state hits the three alike")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
-    p.add_argument("--torch-threads", type=int, help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
+    p.add_argument("--torch-threads", type=positive("--torch-threads", "1", int),
+                   help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
                    "1 spares torch's OpenMP barriers the stalls another busy process causes")
 
 
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     names = args.models or (list(QUICK_MODELS) if args.quick else models.available())
-    budget_name, rounds = ("quick", args.rounds or 5) if args.quick else ("default", args.rounds or 11)
+    budget_name, rounds = ("quick", args.repeats or 5) if args.quick else ("default", args.repeats or 11)
     names = [n for n in names if args.op != "training" or models.load(n).trainable]
 
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # as in the worker, before jax loads

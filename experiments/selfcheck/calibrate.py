@@ -1,7 +1,8 @@
 """Are the intervals and the verdicts as good as they claim? `nnbench calibrate [OVERRIDES] [--repeats N] [--planted]`
 
 Runs a sweep (the README sweep unless overrides are given) `--repeats` times as replicates (`repeat=0,1,...`, each a
-separate set of fresh processes, interleaved) into a new store, or judges an existing sweep (`--sweep ID`), then:
+separate set of fresh processes, interleaved) into a new store, or judges an existing sweep (`--sweep RUN_ID|last`),
+then:
 
 - re-run interval: for every point and ordered pair of replicates, whether one's median lies inside the other's
   95% interval (target >= 90%);
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,13 +31,15 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from experiments.common.config import README_SWEEP
+from experiments.common.child import run_to_end
+from experiments.common.config import README_SWEEP, register
 from experiments.common.errors import LOST, OK, BadInput
+from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
 from experiments.report.verdict import Verdict, process_medians, welch
 from experiments.store import tracking
-from experiments.store.uris import store_uri
+from experiments.store.uris import readable, store_uri
 
 FACTORS = (1.1, 1.2, 1.5)  # the planted slowdowns reported
 MDE_GRID = np.round(np.arange(1.01, 2.001, 0.01), 2)  # slowdowns searched for the minimal detectable effect
@@ -127,11 +129,13 @@ def lines(result: dict, what: str) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("overrides", nargs="*", help=f"the sweep to repeat (default: {' '.join(README_SWEEP)})")
-    p.add_argument("--repeats", type=int, default=18,
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help=f"the sweep to repeat (default: {' '.join(README_SWEEP)})")
+    p.add_argument("--repeats", type=positive("--repeats", "18", int, least=2, strict=False), default=18,
                    help="replicates of the sweep (default %(default)s: 9 A/A pairs, 108 comparisons for the README "
                         "sweep's 12 points)")
-    p.add_argument("--sweep", help="judge the replicates of this existing sweep (parent run id) instead")
+    p.add_argument("--sweep", metavar="RUN_ID|last", help="judge the replicates of this stored sweep (its parent run "
+                                                          "id, or last: the newest) instead")
     p.add_argument("--uri", help="the store (default: a new one in a temporary directory)")
     p.add_argument("--planted", action="store_true",
                    help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
@@ -139,8 +143,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def sweep(args: list[str], uri: str, workdir: Path) -> None:
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *args, f"mlflow.tracking_uri={uri}"],
-                       cwd=workdir)
+    r = run_to_end([sys.executable, "-m", "experiments.run", "-m", *args, f"mlflow.tracking_uri={uri}"],
+                   cwd=workdir)
     if r.returncode:
         raise BadInput(f"the sweep failed (exit {r.returncode}); its output is above")
     print(f"\n`{' '.join(args)}` in {time.perf_counter() - t0:.0f} s")
@@ -163,14 +167,25 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
 
 
 def run(a: argparse.Namespace) -> int:
-    if a.repeats < 2 and not a.sweep:
-        raise BadInput(f"--repeats must be at least 2 for A/A pairs (got {a.repeats})")
+    from experiments.sweep import commandline  # Hydra is slow to import: only to validate the overrides
+
+    if a.sweep and a.overrides:
+        raise BadInput("--sweep judges a stored sweep, the overrides run a new one: give one of them")
+    if a.sweep:
+        uri = readable(a.uri)
+        try:
+            t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = "
+                                                    f"'{tracking.sweep_run_id(uri, 'nnbench', a.sweep)}'"))
+        except LookupError as e:
+            raise BadInput(f"{e}: give --sweep RUN_ID or last, and --uri") from None
+        if t.empty:
+            raise BadInput(f"sweep {a.sweep} holds no measured point in {uri}: give another --sweep (RUN_ID or last)")
     workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
     uri = store_uri(a.uri) if a.uri or a.sweep else f"sqlite:///{workdir}/mlruns/mlflow.db"
     rounds = f"repeat={','.join(map(str, range(a.repeats)))}"
-    if a.sweep:
-        t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{a.sweep}'"))
-    else:
+    if not a.sweep:
+        register()  # the sweep's door, before anything runs: a bad override is its one line
+        commandline.explained(["-m", *(a.overrides or README_SWEEP), rounds, f"mlflow.tracking_uri={uri}"])
         sweep([*(a.overrides or README_SWEEP), rounds], uri, workdir)
         t = last_sweep(uri)
     share, pairs, table = coverage(t)

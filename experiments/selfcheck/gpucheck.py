@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from experiments.common.child import run_to_end
 from experiments.common.config import README_SWEEP
 from experiments.common.errors import LOST, OK, BadInput
 
@@ -40,8 +41,8 @@ def check(name: str, args: list[str], bench: str, out: Path) -> bool:
     cwd = out / name
     cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *args, "device=gpu", f"bench={bench}"],
-                       cwd=cwd, capture_output=True, text=True)
+    r = run_to_end([sys.executable, "-m", "experiments.run", "-m", *args, "device=gpu", f"bench={bench}"],
+                   cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     (cwd / "sweep.log").write_text(r.stdout + r.stderr)
     print(f"\n## {name}: `{' '.join(args)} device=gpu bench={bench}` exit {r.returncode} in "
           f"{time.perf_counter() - t0:.0f} s")

@@ -1,10 +1,10 @@
-"""Self-benchmark of the harness: `nnbench overhead [--sweep] [overrides ...]` prints the figures behind its goals.
+"""Self-benchmark of the harness: `nnbench overhead [--readme | overrides ...]` prints the figures behind its goals.
 
 - harness/bare: the same callable timed by `timing.measure` and by a bare perf_counter loop, interleaved
   in one process (goal: <= 1.02);
-- with --sweep: the README sweep (or the sweep the overrides give) at the default bench: its wall time against
-  its pure sampling time (ops measured × processes × bench.min_time_s; goal: wall <= 1.5 × sampling), and where
-  the rest went: the fork servers' and workers' starts (imports), first calls (compiles or cache loads),
+- with --readme, or overrides: the README sweep (or the sweep the overrides give) at the default bench: its wall
+  time against its pure sampling time (ops measured × processes × bench.min_time_s; goal: wall <= 1.5 × sampling),
+  and where the rest went: the fork servers' and workers' starts (imports), first calls (compiles or cache loads),
   warm-up, sampling past the minimum, logging, the rest of the jobs (model builds, the workers' set-up) and the
   sweep's own work outside its jobs (Hydra, checks, the store, the report).
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common.config import README_SWEEP, ROOT, bench_budget
+from experiments.common.child import run_to_end
+from experiments.common.config import README_SWEEP, ROOT, bench_budget, register
 from experiments.common.errors import OK, BadInput, first_line
 from experiments.measure.timing import measure
 from experiments.sweep.points import TIMES, JobTimes
@@ -60,8 +61,8 @@ def sweep(workdir: Path, overrides: list[str]) -> tuple[float, list[JobTimes]]:
     environ = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     environ["PYTHONPATH"] = str(ROOT)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=workdir, env=environ,
-                       capture_output=True, text=True)
+    r = run_to_end([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=workdir, env=environ,
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if r.returncode:
         raise BadInput(f"the sweep failed (exit {r.returncode}): {first_line(Exception(r.stderr[-2000:]))}")
@@ -84,16 +85,24 @@ def breakdown(wall: float, jobs: list[JobTimes], min_time_s: float) -> list[tupl
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sweep", action="store_true", help="also time a sweep, the README sweep by default (minutes)")
-    p.add_argument("overrides", nargs="*", help=f"the sweep to time (default: {' '.join(README_SWEEP)})")
+    p.add_argument("--readme", action="store_true", help=f"also time the README sweep ({' '.join(README_SWEEP)}; "
+                                                          "minutes)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="also time the sweep these overrides give")
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments.sweep import commandline  # Hydra is slow to import: only to validate the overrides
+
+    if args.readme and args.overrides:
+        raise BadInput("--readme times the README sweep, the overrides another one: give one of them")
+    overrides = args.overrides or (list(README_SWEEP) if args.readme else [])
+    if overrides:  # the sweep's door, before anything is timed: a bad override is its one line
+        register()
+        commandline.explained(["-m", *overrides])
     h, b, ratio = harness_ratio()
     print(f"harness median {h * 1e6:.2f} us, bare loop {b * 1e6:.2f} us: harness/bare = {ratio:.3f} (goal <= 1.02)")
-    if not args.sweep:
+    if not overrides:
         return OK
-    overrides = args.overrides or list(README_SWEEP)
     with tempfile.TemporaryDirectory() as tmp:
         wall, jobs = sweep(Path(tmp), overrides)
     parts = breakdown(wall, jobs, bench_budget("default").min_time_s)

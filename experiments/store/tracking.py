@@ -38,7 +38,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from experiments.common.errors import first_line  # noqa: E402
 from experiments.store.records import FORMAT_TAG, NOTE, Record  # noqa: E402
 from experiments.store.sweepdir import MARKER  # noqa: E402
-from experiments.store.uris import DEFAULT_URI, UI_PORT, sqlite_path  # noqa: E402
+from experiments.store.uris import DEFAULT_URI, UI_PORT, failure, sqlite_path  # noqa: E402
 
 # MLflow retries a database it can't open 10 times with growing sleeps (104 s for sqlite:////proc/nope.db);
 # three tries still ride out a database that is starting.
@@ -108,16 +108,15 @@ def creation_lock(uri: str):
         yield
 
 
-def open_store(uri: str, experiment_name: str) -> str:
-    """prepare_store, with a failure turned into one line that names the fix."""
+def open_store(uri: str, experiment_name: str, option: str = "mlflow.tracking_uri") -> str:
+    """prepare_store, with a failure turned into one line that names the fix (`option`: what sets the URI)."""
     try:
         with creation_lock(uri):
             return prepare_store(uri, experiment_name)
+    except StoreUnavailable:
+        raise
     except Exception as e:
-        first = first_line(e)
-        fix = ("start the tracking server, or point" if uri.startswith("http") else "fix it, or point")
-        raise StoreUnavailable(f"cannot open the MLflow store at {uri} ({first}): {fix} mlflow.tracking_uri / "
-                               "MLFLOW_TRACKING_URI at a reachable store") from None
+        raise StoreUnavailable(failure(uri, e, option)) from None
 
 
 def prepare_store(uri: str, experiment_name: str) -> str:
@@ -379,6 +378,15 @@ def latest_sweep(uri: str, experiment_name: str) -> Run | None:
     found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP}` = 'true'", max_results=1,
                                order_by=["attributes.start_time DESC"]) if exp else []
     return found[0] if found else None
+
+
+def sweep_run_id(uri: str, experiment_name: str, given: str | None) -> str | None:
+    """A sweep's parent run id as given (`--sweep RUN_ID|last`): `last` is the newest sweep; LookupError if none."""
+    if given != "last":
+        return given
+    if (latest := latest_sweep(uri, experiment_name)) is None:
+        raise LookupError(f"--sweep last: no sweep in experiment {experiment_name!r} at {uri}")
+    return latest.info.run_id
 
 
 def search(uri: str, experiment_name: str, filter_string: str = ""):

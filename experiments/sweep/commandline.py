@@ -68,7 +68,7 @@ def validated(argv: list[str]) -> Validated | None:
         raise BadInput("--resolve goes with --cfg or --help")
     if any(getattr(args, a) for a in ONLY_PRINTS):
         return None
-    search = create_automatic_config_search_path(str(RUN_PY), None, args.config_path or "../conf")
+    search = create_automatic_config_search_path(str(RUN_PY), None, args.config_path or "conf")
     if args.config_dir:
         search.prepend("command-line", f"file://{Path(args.config_dir).resolve()}")
     hydra = Hydra.create_main_hydra2(task_name="run", config_search_path=search)

@@ -63,10 +63,17 @@ def explain(e: BaseException) -> str:
     return first_line(e)
 
 
+# Config groups whose options a Hydra plugin brings (conf/hydra/launcher/slurm.yaml extends submitit_slurm)
+PLUGINS = {"hydra/launcher": "pip install -e '.[launchers]' in the checkout (hydra-submitit-launcher for submitit_* "
+                             "and slurm, hydra-joblib-launcher for joblib)"}
+
+
 def missing_option(missing: str, choices: list[str]) -> str:
     if "/" not in missing:
         return f"no primary config {missing!r} in {CONF} (--config-name): use config"
     group, _, option = missing.rpartition("/")
+    if not choices and group in PLUGINS:  # the group's options come with a Hydra plugin that is not installed
+        return f"{group}={option} needs its Hydra plugin: {PLUGINS[group]}"
     if not option:
         return f"{group} needs a value (choose {', '.join(choices)})"
     return f"unknown {group} {option!r} ({did_you_mean(option, choices)}choose {', '.join(choices)})"

@@ -36,7 +36,7 @@ TIMES = "job.json"
 
 @dataclass(frozen=True)
 class JobTimes(Json):
-    """Where a job's wall time went (`nnbench overhead --sweep` reads it)."""
+    """Where a job's wall time went (`nnbench overhead` reads it)."""
 
     wall_s: float
     measuring_s: float  # inside the timing harness: first calls, warm-up and samples

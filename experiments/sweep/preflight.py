@@ -84,6 +84,10 @@ def validate_values(config: Config) -> None:
         raise BadInput(f"seed must be in [0, 2**32) (got {config.seed}): use e.g. seed=0")
     if not config.ops:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
+    fw = config.framework
+    if fw.name == "torch" and fw.compile_mode == "reduce-overhead" and (not fw.compile or config.device == "cpu"):
+        raise BadInput("framework.compile_mode=reduce-overhead is torch.compile's CUDA graphs: it needs "
+                       "framework.compile=true and a GPU (device=gpu), or drop framework.compile_mode")
     bench = config.bench
     for key, v in ((f.name, getattr(bench, f.name)) for f in dataclasses.fields(bench)):
         test, what = BENCH_RULES.get(key, (lambda v: v >= 0, "a number >= 0"))
@@ -131,7 +135,7 @@ def jobs(configs: list[Config]) -> list[Job]:
             raise BadInput(problem)
         if problem:
             raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): let `nnbench "
-                           "versions PACKAGE==VERSION -- OVERRIDES` build the environment (see docs/comparing.md)")
+                           "versions PACKAGE==VERSION OVERRIDES` build the environment (see docs/comparing.md)")
     return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in validated]
 
 

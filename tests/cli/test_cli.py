@@ -26,7 +26,7 @@ def test_help_does_not_import_the_commands():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["nosuch"], "nnbench: error: argument COMMAND: invalid choice: 'nosuch'"),
+    (["nosuch"], "nnbench: error: no command 'nosuch': use one of "),
     (["compare", "--nosuch"], "nnbench compare: error: unrecognized arguments: --nosuch (see nnbench compare --help)"),
     (["export"], "nnbench export: error: the following arguments are required: --format"),
     (["upload"], "nnbench upload: error: the following arguments are required: directory"),

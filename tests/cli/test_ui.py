@@ -17,7 +17,7 @@ def make_store(tmp_path):
 def test_no_store_is_one_line(tmp_path, capsys):
     assert cli.main(["ui", "--uri", f"sqlite:///{tmp_path}/none.db"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("nnbench ui: error: no local store at sqlite:///") and "run a sweep here first" in line
+    assert line.startswith("nnbench ui: error: no store at sqlite:///") and "run a sweep here first" in line
     assert not (tmp_path / "none.db").exists()
 
 
@@ -66,7 +66,8 @@ def test_ctrl_c_stops_the_ui_and_its_server_even_started_with_sigint_ignored(tmp
         assert ui.stdout.readline().startswith("starting the MLflow UI")
         assert ui.stdout.readline().startswith("runs table: ")  # printed once the UI answers
         os.kill(ui.pid, signal.SIGINT)
-        assert ui.wait(timeout=60) == 0
+        assert ui.wait(timeout=60) == 130
+        assert ui.stderr.read().strip().startswith("nnbench ui: error: interrupted")
     finally:
         if ui.poll() is None:
             os.killpg(ui.pid, signal.SIGKILL)

@@ -78,8 +78,9 @@ def runs_named(uri, prefix):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["versions", "model=lenet"], "'model=lenet' is not PACKAGE==V1,V2,...: list the versions, e.g. "
-                                  "jax==0.10.0,0.10.1 (the sweep's overrides go after --)"),
+    (["versions", "model=lenet"], "no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 "
+                                  "model=lenet"),
+    (["versions", "nnbench-planted==1.0", *POINT, "batchsize=3"], "unknown key 'batchsize'"),  # no -- needed
     (["versions", "nnbench-planted==1.0", "--", "runtime.python=/x"], "runtime.python is set by nnbench versions"),
     (["versions", "nnbench-planted==1.0", "--", *POINT, "batchsize=3"], "unknown key 'batchsize'"),
     (["versions", "nnbench-planted==9.9", "--", *POINT], "cannot install nnbench-planted==9.9: "),

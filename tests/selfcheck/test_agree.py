@@ -11,7 +11,7 @@ from tests.helpers import nnbench
 
 @pytest.mark.slow
 def test_quick_run_prints_one_row_per_model_and_framework(tmp_path):
-    out = nnbench("agree", ["--quick", "--models", "mlp_relu", "--rounds", "2"], tmp_path)
+    out = nnbench("agree", ["--quick", "--models", "mlp_relu", "--repeats", "2"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["model", "framework"])

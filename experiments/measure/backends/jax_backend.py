@@ -165,8 +165,8 @@ class Backend:
                 self.device = jax.devices("gpu")[0]
             except RuntimeError:
                 if setup.device == "gpu":
-                    raise Unavailable("device=gpu but jax sees no GPU: install the CUDA build "
-                                      "(pip install 'nnbench[cuda]') or use device=cpu") from None
+                    raise Unavailable("device=gpu but jax sees no GPU: install its CUDA build (pip install -e "
+                                      "'.[cuda]' in the checkout, i.e. jax[cuda12]) or use device=cpu") from None
                 self.device = jax.devices("cpu")[0]
         jax.config.update("jax_default_device", self.device)
         self.setup = setup

@@ -98,8 +98,9 @@ class Backend:
     def configure(self, setup: Setup) -> str:
         gpu = torch.cuda.is_available()
         if setup.device == "gpu" and not gpu:
-            raise Unavailable("device=gpu but torch sees no GPU: install a CUDA build of torch "
-                              "(https://pytorch.org/get-started) or use device=cpu")
+            raise Unavailable(f"device=gpu but torch sees no GPU: install its CUDA build (pip install "
+                              f"torch=={torch.__version__.split('+')[0]} --index-url https://download.pytorch.org/"
+                              "whl/cu128, the README's GPU set-up) or use device=cpu")
         self.device = torch.device("cuda:0" if gpu and setup.device != "cpu" else "cpu")
         if setup.memory_format not in FORMATS:
             raise Unavailable(f"torch has no memory_format={setup.memory_format}: use framework.memory_format="
