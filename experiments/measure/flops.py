@@ -1,6 +1,6 @@
 """FLOPs of one call of an op: the numerator of achieved TFLOP/s and MFU, one number for every framework.
 
-A model of the layer DSL is counted from its layers (`flops`; `flops_source` "layers"). What is counted (a
+A model of the layer DSL is counted from its layers (`flops`; `flops_source` "dsl"). What is counted (a
 multiply-add is 2 FLOPs, as `torch.utils.flop_counter` and XLA's `cost_analysis` count):
 - forward: the matmuls of Dense (2·batch·positions·din·dout, every position of a sequence), Conv
   (2·batch·Ho·Wo·cout·kh·kw·cin/groups, every kernel tap, those on zero padding included), Attention (its qkv
@@ -148,7 +148,7 @@ def source(spec: Model) -> str:
     """Where a model's FLOPs come from (`flops_source`): its layers, its declaration, or one framework's counter
     for both (experiments/measure/parity.py counts them)."""
     if isinstance(spec, ModelSpec):
-        return "layers"
+        return "dsl"
     if spec.flops:
         return "declared"
     return "torch" if spec.torch is not None else "xla"

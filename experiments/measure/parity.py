@@ -42,7 +42,7 @@ class FlopCount(Json):
     op: str
     batch: int
     flops: int
-    source: str  # flops_source: layers, declared, torch or xla
+    source: str  # flops_source: dsl, declared, torch or xla
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def counted(spec: Model, op: str, batch: int, seed: int = 0) -> FlopCount:
     network without a declared count is counted by one framework for all (torch's FlopCounterMode on an eager
     call, else XLA's cost analysis of the jitted step, on the CPU at fp32), configured here for it."""
     where = source(spec)
-    if where in ("layers", "declared"):
+    if where in ("dsl", "declared"):
         return FlopCount(op, batch, flops(spec, op, batch), where)
     framework = "torch" if where == "torch" else "jax"
     backend = load(framework)
