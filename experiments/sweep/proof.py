@@ -54,19 +54,22 @@ def key(job: Job) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def ask(job: Job, timeout_s: float) -> Proof:
-    """One parity process for the job's model and points (it imports both frameworks: never in this process)."""
+def ask(job: Job, timeout_s: float) -> tuple[Proof, bool]:
+    """One parity process for the job's model and points (it imports both frameworks: never in this process), and
+    whether it answered (a process that was killed, or ran out of time, is not kept for the next job)."""
     points = sorted({f"{op}:{p.batch_size}" for p in job.points for op in p.ops})
     cmd = [job.python, "-m", "experiments.measure.parity", json.dumps(dict(job.config.model)), *points]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return Proof(Parity("failed", reason=f"the parity check ran past {timeout_s:.0f} s (bench.timeout_s)"), [])
+        why = f"the parity check ran past {timeout_s:.0f} s (bench.timeout_s)"
+        return Proof(Parity("failed", reason=why), []), False
     lines = r.stdout.strip().splitlines()
     if r.returncode != 0 or not lines:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return Proof(Parity("failed", reason=f"the parity check's process exited {r.returncode}: {tail}"), [])
-    return Proof.from_json(lines[-1])
+        why = f"the parity check's process exited {r.returncode}: {tail}"
+        return Proof(Parity("failed", reason=why), []), False
+    return Proof.from_json(lines[-1]), True
 
 
 def proof(job: Job, directory: Path) -> Proof:
@@ -80,8 +83,9 @@ def proof(job: Job, directory: Path) -> Proof:
             return Proof.from_json(path.read_text())
         log.info("%s: checking that jax and torch compute the same function, and counting its FLOPs, in one "
                  "process", job.spec.name or job.config.model["name"])
-        got = ask(job, job.config.bench.timeout_s)
-        path.write_text(got.to_json())
+        got, answered = ask(job, job.config.bench.timeout_s)
+        if answered:
+            path.write_text(got.to_json())
         return got
 
 

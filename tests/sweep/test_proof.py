@@ -30,7 +30,7 @@ def job(make_cfg, nets, file: str, *overrides: str):
 def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, tmp_path, monkeypatch):
     asked = []
     real = proof.ask
-    monkeypatch.setattr(proof, "ask", lambda j, t: asked.append(j) or real(j, t))
+    monkeypatch.setattr(proof, "ask", lambda j, t: asked.append(j) or real(j, t))  # a process per call
     jax_job = proof.tagged(job(make_cfg, nets, "mlp.py", "framework=jax"), tmp_path)
     torch_job = proof.tagged(job(make_cfg, nets, "mlp.py", "framework=torch"), tmp_path)
     assert len(asked) == 1 and len(list((tmp_path / proof.PROOFS).glob("*.json"))) == 1  # the second job: cached
@@ -44,6 +44,13 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
                            "training:8": j.flops["training:8"]} and j.request().flops == j.flops
     off = proof.tagged(job(make_cfg, nets, "mlp.py", "parity=false"), tmp_path / "off")
     assert off.tags["parity"] == "unchecked" and off.tags["parity_reason"] == "parity=false: not checked"
+
+
+def test_a_parity_process_that_fails_is_a_failed_parity_and_not_kept(make_cfg, nets, tmp_path):
+    failed = proof.tagged(job(make_cfg, nets, "mlp.py", "runtime.python=/bin/false"), tmp_path)
+    assert failed.tags["parity"] == "failed" and failed.flops == {}
+    assert failed.tags["parity_reason"] == "the parity check's process exited 1: no output"
+    assert not list((tmp_path / proof.PROOFS).glob("*.json"))  # the next job asks again
 
 
 def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipped(make_cfg, nets, tmp_path):
