@@ -81,8 +81,9 @@ def proof(job: Job, directory: Path) -> Proof:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return Proof.from_json(path.read_text())
-        log.info("%s: checking that jax and torch compute the same function, and counting its FLOPs, in one "
-                 "process", job.spec.name or job.config.model["name"])
+        what = [w for w, needs in (("checking that jax and torch compute the same function", job.config.parity
+                                    and checkable(job.spec)), ("counting its FLOPs", uncounted(job.spec))) if needs]
+        log.info("%s: %s, in a process of its own", job.spec.name or job.config.model["name"], " and ".join(what))
         got, answered = ask(job, job.config.bench.timeout_s)
         if answered:
             path.write_text(got.to_json())
