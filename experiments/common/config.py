@@ -185,6 +185,7 @@ class Config:
     repeat: int = 0  # replicate index: repeat=0,1,2 measures every point in 3 rounds of fresh processes
     resume: bool = False  # skip points with a FINISHED run of the same config and environment in the store
     profile: bool = False  # one more worker per job profiles each point after its timed ones (docs/profiling.md)
+    parity: bool = True  # once per sweep and model, a process checks that jax and torch compute the same function
     mlflow: MlflowConf = field(default_factory=MlflowConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
     external: ExternalConf = field(default_factory=ExternalConf)

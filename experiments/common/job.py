@@ -7,12 +7,12 @@ that is logged (config.yaml, the flattened `config.*` params) comes from `common
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from experiments.common.config import Config
 from experiments.common.protocol import Budget, Point, Request, Setup
-from models import ModelSpec
+from models import Model
 
 
 @dataclass(frozen=True)
@@ -20,9 +20,14 @@ class Job:
     """One validated job: its typed config, its model and its points."""
 
     config: Config
-    spec: ModelSpec | None  # None: a model nnbench does not declare (an imported runner's)
+    spec: Model | None  # None: a model nnbench does not declare (an imported runner's)
     points: tuple[Point, ...]
     fingerprint: str | None = None  # of the worker's environment, as its probe reported it
+    # The model's own tags on each of its points (its source, its parity with the other framework, where its FLOPs
+    # come from, its parameter count per framework), and "op:batch" -> FLOPs of one call where the worker can't
+    # count them (a user's network, counted by one framework for both): what the sweep's parity process found.
+    tags: dict[str, str] = field(default_factory=dict)
+    flops: dict[str, int] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -62,4 +67,5 @@ class Job:
         """What a worker is asked to do; `peaks`: the sweep's cache of calibrated peaks; `between`: op -> the spread
         between processes so far (the stop rule's)."""
         return Request(str(self.config.framework.name), self.setup, dict(self.config.model), self.config.seed,
-                       Budget.of(self.config.bench), self.points, str(peaks) if peaks else None, between or {})
+                       Budget.of(self.config.bench), self.points, str(peaks) if peaks else None, between or {},
+                       flops=self.flops)

@@ -148,6 +148,7 @@ class Request(Json):
     between: dict[str, float] = field(default_factory=dict)  # op -> the spread between processes so far
     profile_dir: str | None = None  # a profile request: profile each op instead of timing it, files go here
     paired: str | None = None  # a paired request: prepare the one point's one op, then serve bursts on this socket
+    flops: dict[str, int] = field(default_factory=dict)  # "op:batch" -> FLOPs per call the worker can't count itself
 
 
 # One vocabulary for both frameworks: every profiled op falls in one of these categories (the tables are

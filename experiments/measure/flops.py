@@ -1,6 +1,6 @@
 """FLOPs of one call of an op: the numerator of achieved TFLOP/s and MFU, one number for every framework.
 
-A model of the layer DSL is counted from its layers (`flops`; `flops_source` "layers"). What is counted (a
+A model of the layer DSL is counted from its layers (`flops`; `flops_source` "dsl"). What is counted (a
 multiply-add is 2 FLOPs, as `torch.utils.flop_counter` and XLA's `cost_analysis` count):
 - forward: the matmuls of Dense (2·batch·positions·din·dout, every position of a sequence), Conv
   (2·batch·Ho·Wo·cout·kh·kw·cin/groups, every kernel tap, those on zero padding included), Attention (its qkv
@@ -60,62 +60,67 @@ def _taps(n: int, k: int, stride: int, pad: int, padding: bool) -> tuple[int, in
     return out, sum(min(k, n + pad - o * stride) - max(0, pad - o * stride) for o in range(out))
 
 
+def _conv(r: Conv, shape, batch: int, padding: bool, loops: bool):
+    (h, th), (w, tw) = (_taps(n, kk, r.stride, q, padding) for n, kk, q in zip(shape[:2], pair(r.k), pair(r.pad)))
+    return 2 * batch * th * tw * r.cin // r.groups * r.cout, 0, 0, (h, w, r.cout)
+
+
+def _attention(r: Attention, shape, batch: int, padding: bool, loops: bool):
+    length, dim = shape[0], r.dim
+    f = 2 * batch * length * dim * 3 * dim  # the qkv projection, as a Dense
+    # after it the scores and values, whose backward is torch's 5 matmuls (the fused kernels recompute the
+    # scores), and the output projection (its input's and weights' gradients)
+    core, out = 2 * (2 * batch * length * length * dim), 2 * batch * length * dim * dim
+    return f, core + out, core * 5 // 2 + 2 * out, shape
+
+
+def _lstm(r: LSTM, shape, batch: int, padding: bool, loops: bool):
+    steps = shape[0] if loops else 1
+    own = 2 * batch * steps * 4 * r.hidden * (r.din + r.hidden)
+    return 0, own, 2 * own, (shape[0], r.hidden)
+
+
+def _reshape(how):
+    """A layer without FLOPs that only changes the shape (`how(record, shape)`)."""
+    return lambda r, shape, batch, padding, loops: (0, 0, 0, how(r, shape))
+
+
+# Per layer record: (record, per-sample shape, batch, padding, loops) -> (f, own, own_back, output shape). f: forward
+# FLOPs whose backward the rule in _walk gives; own: forward FLOPs whose backward (own_back) the layer fixes itself.
+COUNTS = {
+    Dense: lambda r, shape, batch, padding, loops: (2 * batch * math.prod(shape[:-1]) * r.din * r.dout, 0, 0,
+                                                    (*shape[:-1], r.dout)),
+    Conv: _conv,
+    Attention: _attention,
+    LSTM: _lstm,
+    MatmulChain: lambda r, shape, batch, padding, loops: (r.depth * 2 * (2 * batch * r.n * r.n), 0, 0, shape),
+    MaxPool: _reshape(lambda r, s: (s[0] // r.k, s[1] // r.k, s[2])),
+    Upsample: _reshape(lambda r, s: (s[0] * r.k, s[1] * r.k, s[2])),
+    Flatten: _reshape(lambda r, s: (math.prod(s),)),
+    GlobalMeanPool: _reshape(lambda r, s: s[-1:]),
+    Mean: _reshape(lambda r, s: ()),
+    Embed: _reshape(lambda r, s: (*s, r.dim)),
+    ToTokens: _reshape(lambda r, s: (s[0] * s[1], s[2])),
+    ClassToken: _reshape(lambda r, s: (s[0] + 1, r.dim)),
+    Token: _reshape(lambda r, s: s[1:]),
+} | {kind: _reshape(lambda r, s: s) for kind in (Act, BatchNorm, LayerNorm, RMSNorm, GroupNorm, PosEmbed)}
+
+
 def _walk(layers: tuple, shape: tuple[int, ...], batch: int, trainable: bool, needs_dx: bool,
           padding: bool, loops: bool) -> tuple[int, int, tuple[int, ...], bool]:
     """(forward, backward) FLOPs of `layers` on a per-sample channels-last `shape`; also the output shape and
     whether a gradient flows out of them (needs_dx: something upstream of them needs one)."""
     fwd = bwd = 0
     for layer in layers:
-        f = own = own_back = 0  # own: forward FLOPs whose backward (own_back) the layer fixes, not the rule below
-        match layer:
-            case Dense(din, dout):
-                f, shape = 2 * batch * math.prod(shape[:-1]) * din * dout, (*shape[:-1], dout)
-            case Conv(cin, cout, k, stride, pad, _, groups):
-                (h, th), (w, tw) = (_taps(n, kk, stride, q, padding) for n, kk, q in zip(shape[:2], pair(k), pair(pad)))
-                f, shape = 2 * batch * th * tw * cin // groups * cout, (h, w, cout)
-            case Attention(dim, _, _):
-                length = shape[0]
-                f = 2 * batch * length * dim * 3 * dim  # the qkv projection, as a Dense
-                # after it the scores and values, whose backward is torch's 5 matmuls (the fused kernels recompute
-                # the scores), and the output projection (its input's and weights' gradients)
-                core, out = 2 * (2 * batch * length * length * dim), 2 * batch * length * dim * dim
-                own, own_back = core + out, core * 5 // 2 + 2 * out
-            case LSTM(din, hidden):
-                steps = shape[0] if loops else 1
-                own, shape = 2 * batch * steps * 4 * hidden * (din + hidden), (shape[0], hidden)
-                own_back = 2 * own
-            case MatmulChain(n, depth):
-                f = depth * 2 * (2 * batch * n * n)
-            case Residual(inner):
-                f, b, _, needs_dx = _walk(inner, shape, batch, trainable, needs_dx, padding, loops)
-                fwd, bwd = fwd + f, bwd + b
-                continue
-            case Concat(inner):
-                f, b, out, needs_dx = _walk(inner, shape, batch, trainable, needs_dx, padding, loops)
-                fwd, bwd, shape = fwd + f, bwd + b, (*shape[:-1], shape[-1] + out[-1])
-                continue
-            case MaxPool(k):
-                shape = (shape[0] // k, shape[1] // k, shape[2])
-            case Upsample(k):
-                shape = (shape[0] * k, shape[1] * k, shape[2])
-            case Flatten():
-                shape = (math.prod(shape),)
-            case GlobalMeanPool():
-                shape = shape[-1:]
-            case Mean():
-                shape = ()
-            case Embed(_, dim):
-                shape = (*shape, dim)
-            case ToTokens():
-                shape = (shape[0] * shape[1], shape[2])
-            case ClassToken(dim):
-                shape = (shape[0] + 1, dim)
-            case Token():
-                shape = shape[1:]
-            case Act() | BatchNorm() | LayerNorm() | RMSNorm() | GroupNorm() | PosEmbed():
-                pass
-            case _:
-                raise TypeError(f"no FLOP count for layer {layer!r}: add it to experiments/measure/flops.py")
+        if isinstance(layer, (Residual, Concat)):
+            f, b, out, needs_dx = _walk(layer.layers, shape, batch, trainable, needs_dx, padding, loops)
+            fwd, bwd = fwd + f, bwd + b
+            if isinstance(layer, Concat):
+                shape = (*shape[:-1], shape[-1] + out[-1])
+            continue
+        if type(layer) not in COUNTS:
+            raise TypeError(f"no FLOP count for layer {layer!r}: add it to experiments/measure/flops.py")
+        f, own, own_back, shape = COUNTS[type(layer)](layer, shape, batch, padding, loops)
         trained = trainable and isinstance(layer, (Dense, Conv, Attention))
         fwd += f + own
         bwd += f * (needs_dx + trained) + own_back * (trainable or needs_dx)
@@ -143,7 +148,7 @@ def source(spec: Model) -> str:
     """Where a model's FLOPs come from (`flops_source`): its layers, its declaration, or one framework's counter
     for both (experiments/measure/parity.py counts them)."""
     if isinstance(spec, ModelSpec):
-        return "layers"
+        return "dsl"
     if spec.flops:
         return "declared"
     return "torch" if spec.torch is not None else "xla"

@@ -75,12 +75,19 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
     d = m.meter
     busy = background_cores(d)
     return OpResult("ok", device=seen[0], measurement=m, stats=stats.summarize([m], batch), calls_per_block=m.block,
-                    flops=flops.flops(spec, op, batch), compiles=step.compiles() if step.compiles else None,
+                    flops=counted(spec, req, op, batch), compiles=step.compiles() if step.compiles else None,
                     compile_cache_hits=backend.cache_hits() - hits if step.compiles else None,
                     page_faults_per_call=d["minor_faults"] / m.calls,
                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
                     background_cores=busy, threads=threads,
                     oversubscribed=oversubscription(req.framework, threads, cores(), busy, os.cpu_count()))
+
+
+def counted(spec: models.Model, req: Request, op: str, batch: int) -> int | None:
+    """FLOPs of one call: the model's own count (its layers, or a network's declaration), else the one the sweep's
+    parity process counted with one framework for both (experiments/measure/parity.py)."""
+    own = flops.flops(spec, op, batch)
+    return own if own is not None else req.flops.get(f"{op}:{batch}")
 
 
 def environment(backend, s: Setup) -> dict[str, str]:

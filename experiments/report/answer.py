@@ -9,7 +9,7 @@ import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.columns import FLAGS
-from experiments.report.tables import markdown, speedups, summary
+from experiments.report.tables import UNSHOWN, UNSHOWN_LEGEND, markdown, speedups, summary
 
 # Tags of the point runs that say where and with what a sweep ran (its environment line and the parent's tags).
 VERSIONS = ("jax_version", "jaxlib_version", "flax_version", "optax_version", "torch_version", "numpy_version",
@@ -30,7 +30,7 @@ def sentence(op: str, variant: str, baseline: str, g: pd.DataFrame) -> str:
     lo, hi = g.iloc[0], g.iloc[-1]
     unsure = (~g["sure"]).sum()
     noise = (f" ({unsure} of {len(g)} within the noise)" if unsure and len(g) > 1
-             else " (within the noise)" if unsure else "")
+             else " (within the noise)" if unsure else "") + ("" if g["shown"].all() else f" {UNSHOWN}")
     if len(g) == 1:
         return f"{op}: {variant} is {ratio(hi.speedup)} {baseline} at bs{hi.batch_size}{noise}"
     if round(lo.speedup, 2) == round(hi.speedup, 2):
@@ -56,9 +56,15 @@ def sentences(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[str]:
 
 def geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[tuple[str, str, float]]:
     """(variant, op, the geometric-mean speedup against the baseline over every model and batch size)."""
+    return [(variant, op, v) for variant, op, v, _ in shown_geomeans(t, baseline)]
+
+
+def shown_geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[tuple[str, str, float, bool]]:
+    """`geomeans`, each with whether every speedup in it is between implementations shown to compute the same
+    function (parity ok, or one framework against itself)."""
     s = speedups(t, baseline)
     s = s[s["variant"] != baseline]
-    return [(variant, op, float(math.exp(g["speedup"].map(math.log).mean())))
+    return [(variant, op, float(math.exp(g["speedup"].map(math.log).mean())), bool(g["shown"].all()))
             for (variant, op), g in s.groupby(["variant", "op"], sort=True)]
 
 
@@ -91,12 +97,12 @@ def environment_line(env: dict[str, str]) -> str:
 def headline(t: pd.DataFrame, baseline: str) -> str:
     """One short line (the UI shows one line of the description, then the table's top, until "Show more"):
     `jax-jit fp32 vs torch-eager fp32: inference 1.12× slower, training 1.35× faster (geometric means)`."""
-    means = geomeans(t, baseline)
+    means = shown_geomeans(t, baseline)
     if not means:
         return f"no variant to set against the baseline {baseline}"
     by_variant: dict[str, list[str]] = {}
-    for variant, op, v in means:
-        word = ratio(v).removesuffix(" than").removesuffix(" as")
+    for variant, op, v, shown in means:
+        word = ratio(v).removesuffix(" than").removesuffix(" as") + ("" if shown else f" {UNSHOWN}")
         by_variant.setdefault(variant, []).append(f"{op} {word}")
     return "; ".join(f"{variant} vs {baseline}: {', '.join(ops)}" for variant, ops in by_variant.items()) + \
         " (geometric means)"
@@ -108,6 +114,8 @@ def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifa
     s = summary(t, baseline)
     out = [f"**{headline(t, baseline)}**", "", markdown(s), ""]
     out += [f"- {line}" for line in sentences(t, baseline)] + [""]
+    if not s["speedup_shown"].fillna(True).all():
+        out.append(f"{UNSHOWN_LEGEND}.")
     flagged = {f: int(s[f].sum()) for f in FLAGS if f in s and s[f].any()}
     if flagged:
         out.append("Flags: " + "; ".join(f"{n} {f.upper()}" for f, n in flagged.items()) + " (NOISY: other processes "

@@ -44,6 +44,9 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 POINT = ["model", "op", "batch_size", "variant", "device"]
+UNSHOWN = "†"  # marks a speedup between two implementations not shown to compute the same function
+UNSHOWN_LEGEND = (f"{UNSHOWN}: between two frameworks not shown to compute the same function (their points' parity "
+                  "is failed or unchecked: see the tags parity and parity_reason)")
 
 
 def fmt_time(seconds: float) -> str:
@@ -63,6 +66,10 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     out["run_id"] = g["run_id"].agg(",".join)
     out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
     out["mfu"] = g["mfu"].median()
+    out["framework"] = g["framework"].first()
+    # a point's parity: "ok" where every run says so; a run written before the check has no parity tag (NaN)
+    out["parity"] = g["parity"].agg(lambda v: "ok" if v.isna().all() or (v == "ok").all() else
+                                    "failed" if (v == "failed").any() else "unchecked") if "parity" in t else "ok"
     for flag in FLAGS:  # a point is flagged when any of its runs is
         out[flag] = g[flag].agg(lambda v: bool((v == "true").any())) if flag in t else False
     out = out.reset_index()
@@ -96,7 +103,7 @@ def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     range the two re-run intervals allow (`speedup_low` to `speedup_high`): `sure` where it excludes 1."""
     t = points(t)
     base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])[["median_s", "ci95_low_s",
-                                                                                  "ci95_high_s"]]
+                                                                                  "ci95_high_s", "framework", "parity"]]
     s = t.join(base.add_prefix("baseline_"), on=["model", "op", "batch_size"])
     s = s.dropna(subset=["baseline_median_s"])
     s["baseline_s"] = s["baseline_median_s"]
@@ -104,16 +111,19 @@ def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     s["speedup_low"] = s["baseline_ci95_low_s"] / s["ci95_high_s"]
     s["speedup_high"] = s["baseline_ci95_high_s"] / s["ci95_low_s"]
     s["sure"] = (s["speedup_low"] > 1) | (s["speedup_high"] < 1)
+    # one framework against itself is one implementation; two frameworks are the same function only where shown
+    s["shown"] = (s["framework"] == s["baseline_framework"]) | ((s["parity"] == "ok") & (s["baseline_parity"] == "ok"))
     return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup", "speedup_low",
-              "speedup_high", "sure"]].reset_index(drop=True)
+              "speedup_high", "sure", "shown"]].reset_index(drop=True)
 
 
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
     s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
                    "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", *FLAGS, "run_id"]]
-    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])[["speedup", "sure"]]
-    s = s.join(sp.rename(columns={"speedup": f"speedup_vs_{baseline.replace(' ', '_')}", "sure": "speedup_sure"}),
+    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])[["speedup", "sure", "shown"]]
+    s = s.join(sp.rename(columns={"speedup": f"speedup_vs_{baseline.replace(' ', '_')}", "sure": "speedup_sure",
+                                  "shown": "speedup_shown"}),
                on=["model", "op", "batch_size", "variant"])
     return s.reset_index(drop=True)
 
@@ -124,14 +134,16 @@ def markdown(s: pd.DataFrame) -> str:
     parentheses where the two intervals overlap: not sure) and the flags."""
     (speedup,) = [c for c in s.columns if c.startswith("speedup_vs_")]
     sure = s["speedup_sure"] if "speedup_sure" in s else pd.Series(True, index=s.index)
+    shown = s["speedup_shown"].fillna(True) if "speedup_shown" in s else pd.Series(True, index=s.index)
     view = pd.DataFrame({
         "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["variant"],
         "median": s["median_s"].map(fmt_time),
         "95% re-run interval": [f"{fmt_time(a)} – {fmt_time(b)}" for a, b in zip(s["ci95_low_s"], s["ci95_high_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
         "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
-        speedup.replace("_", " "): [("" if pd.isna(v) else f"{v:.2f}×" if ok or v == 1 else f"({v:.2f}×)")
-                                    for v, ok in zip(s[speedup], sure.fillna(True))],
+        speedup.replace("_", " "): [("" if pd.isna(v) else (f"{v:.2f}×" if ok or v == 1 else f"({v:.2f}×)")
+                                     + ("" if same else f" {UNSHOWN}"))
+                                    for v, ok, same in zip(s[speedup], sure.fillna(True), shown)],
         "flags": [" ".join(f.upper() for f in FLAGS if f in s and row[f]) for _, row in s.iterrows()],
     })
     return view.to_markdown(index=False)

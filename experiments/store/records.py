@@ -87,7 +87,7 @@ def build(job: Job, reading: Reading) -> Record:
     and an environment's package versions), its metrics `<op>_<name>` and the run's own numbers, its tags identity,
     flags and reasons; a failed point keeps its samples and tags, but no per-op metric."""
     c, config, point, env = job.config, logged(job.config), reading.point, reading.environment
-    model, prec, run_mode, bs = c.model["name"], str(c.precision.name), job.mode, point.batch_size
+    model, prec, run_mode, bs = model_name(job), str(c.precision.name), job.mode, point.batch_size
     params = {
         "framework": str(c.framework.name), "compile": str(c.framework.compile).lower(), "mode": run_mode,
         "model": model, "precision": prec, "batch_size": str(bs), "device": reading.device,
@@ -98,7 +98,7 @@ def build(job: Job, reading: Reading) -> Record:
     assert tuple(params) == PARAMS
     params |= flatten(config, "config.") | spec_versions(env)  # an environment of `nnbench versions`: its versions
     tags = {**env, **suite_record(), "env_fingerprint": fingerprint(env) if env else "n/a",
-            "point_key": point_key(job, point), FORMAT_TAG: str(FORMAT)} | judged(reading)
+            "point_key": point_key(job, point), FORMAT_TAG: str(FORMAT)} | job.tags | judged(reading)
     measured = reading.outcome in ("ok", "skipped")
     metrics = op_metrics(reading) if measured else {}
     metrics |= {"param_count": float(params["param_count"])} | reading.machine
@@ -141,21 +141,30 @@ def samples(r: Reading) -> dict[str, dict]:
 
 
 # Config keys left out of a point's identity: bookkeeping, and how the job chose its points (the point says which)
-NOT_THE_POINT = ("mlflow", "report", "resume", "batch_size", "ops")
+NOT_THE_POINT = ("mlflow", "report", "resume", "batch_size", "ops", "parity")
 
 
 def point_key(job: Job, point: Point) -> str:
-    """What identifies a measured point, for `resume`: its config (bookkeeping left out), batch size and ops."""
+    """What identifies a measured point, for `resume`: its config (bookkeeping left out), batch size and ops, and
+    a user's network's source (editing its file measures it again)."""
     what = {k: v for k, v in logged(job.config).items() if k not in NOT_THE_POINT}
     what["point"] = dataclasses.asdict(point)
+    source = getattr(job.spec, "source", None)  # a user's network: its file's hash or its package's version
+    if source is not None:
+        what["source"] = source.version
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def model_name(job: Job) -> str:
+    """The model's name: model=file's is its file's stem (mynet.py: mynet), so two files in a sweep stay apart."""
+    return getattr(job.spec, "name", "") or job.config.model["name"]
 
 
 def run_name(job: Job, point: Point) -> str:
     """`lenet · jax-jit · fp32 · bs32`, and the replicate from repeat=1 on."""
     c = job.config
     rep = f" · r{c.repeat}" if c.repeat else ""
-    return f"{c.model['name']} · {job.mode} · {c.precision.name} · bs{point.batch_size}{rep}"
+    return f"{model_name(job)} · {job.mode} · {c.precision.name} · bs{point.batch_size}{rep}"
 
 
 def describe(name: str, r: Reading) -> str:

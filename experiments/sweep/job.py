@@ -23,7 +23,7 @@ from experiments.common.protocol import PointResult
 from experiments.measure.reading import read
 from experiments.store import records, uris
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, opening, points, preflight, requeue
+from experiments.sweep import commandline, ending, interrupts, opening, points, preflight, proof, requeue
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -42,6 +42,7 @@ def run(cfg: DictConfig) -> None:
         this, state = prepare(cfg, multirun, sweep, out)
         if multirun:
             this = requeue.again(this, state, out)  # SLURM runs a requeued job from its start
+        this = proof.tagged(this, sweep.directory)
     except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
         why = str(e) if isinstance(e, (BadInput, SweepTaken)) else first_line(e)
         if not multirun:

@@ -21,8 +21,9 @@ import yaml
 from experiments.common.config import logged
 from experiments.common.errors import first_line
 from experiments.common.job import Job
-from experiments.common.protocol import PARTS, Json, Point, PointResult, Request, Stats
+from experiments.common.protocol import PARTS, Json, OpResult, Point, PointResult, Request, Stats
 from experiments.harness import external, manager
+from experiments.measure.backends import Unsupported, validate_side
 from experiments.measure.machine import MachineCheck, prior
 from experiments.measure.reading import Reading, read
 from experiments.store import records
@@ -217,6 +218,12 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
     kept = Points(job, job_dir, state, sweep, machine, in_launcher)
     if not job.points:  # resume=true found them all in the store
         return kept
+    if (why := lacks(job)) is not None:  # no worker to start: every point is skipped, with the reason
+        for r in range(job.config.bench.processes):
+            for p in job.points:
+                kept.take(r, PointResult(p.batch_size, ops={op: OpResult("skipped", reason=why) for op in p.ops}))
+        kept.log_queued()
+        return kept
     t0 = time.perf_counter()
     measure, server = measurer(job, job_dir, cache)
     spent = {"server_s": time.perf_counter() - t0}
@@ -235,6 +242,16 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
             server.close()
         kept.spent = spent | spent_in(kept.results)
     return kept
+
+
+def lacks(job: Job) -> str | None:
+    """Why none of the job's points can run in its framework (a user's network without that framework's module),
+    in the words a worker would use; None: they can."""
+    try:
+        validate_side(job.spec, str(job.config.framework.name))
+    except Unsupported as e:
+        return str(e)
+    return None
 
 
 def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, manager.ForkServer | None]:

@@ -160,5 +160,5 @@ def test_transformer_by_hand():
 
 
 def test_the_source_of_every_dsl_model_is_its_layers():
-    assert {source(tiny(n)) for n in models.available()} == {"layers"}
-    assert counted(tiny("lenet"), "grad", 2) == FlopCount("grad", 2, flops(tiny("lenet"), "grad", 2), "layers")
+    assert {source(tiny(n)) for n in models.available()} == {"dsl"}
+    assert counted(tiny("lenet"), "grad", 2) == FlopCount("grad", 2, flops(tiny("lenet"), "grad", 2), "dsl")

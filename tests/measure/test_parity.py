@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import models
+from experiments.measure import parity
 from experiments.measure.backends import module
 from models import (LSTM, Act, Array, Attention, ClassToken, Concat, Conv, Dense, Embed, GlobalMeanPool, GroupNorm,
                     Image, Labels, LayerNorm, MaxPool, ModelSpec, NextToken, PosEmbed, RMSNorm, Token, Tokens,
@@ -203,3 +204,13 @@ def test_torch_lstm_has_flax_cell_parameters():
     lstm = model[0].lstm
     assert not lstm.bias_hh_l0.requires_grad and not lstm.bias_hh_l0.any()
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == spec.param_count()
+
+
+def test_a_zero_gradient_is_compared_against_the_largest_one():
+    """A conv bias before a BatchNorm has a zero gradient, rounding noise on each side (dscnn's: ~1e-9): compared
+    against itself it reads 2× apart, against a floor of the largest gradient (here 1e-2) it reads as equal; a real
+    error above the floor still fails."""
+    noise_jax, noise_torch = np.array([1e-9, -2e-9]), np.array([-1e-9, 1e-9])
+    assert parity.relative(noise_jax, noise_torch) > 1
+    assert parity.relative(noise_jax, noise_torch, floor=parity.GRAD_FLOOR * 1e-2) < parity.TOLERANCE
+    assert parity.relative(np.array([2e-5]), np.array([0.0]), floor=parity.GRAD_FLOOR * 1e-2) > parity.TOLERANCE

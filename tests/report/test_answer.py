@@ -61,3 +61,19 @@ def test_report_pages_escape_what_they_embed(tmp_path):
     pages.write(tables.tidy(fake_runs()), tmp_path, title="nnbench: params.model = '<script>alert(1)</script>'")
     page = (tmp_path / "report.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_speedup_between_frameworks_not_shown_to_compute_the_same_function_is_marked():
+    """Parity unchecked on one side: every jax-vs-torch speedup carries the mark and the legend says why; with
+    parity ok on both sides, or no parity tag at all (runs written before the check), nothing is marked."""
+    runs = crossing_runs()
+    runs["tags.parity"] = ["ok" if r.startswith("torch") else "unchecked" for r in runs["run_id"]]
+    t = tables.tidy(runs)
+    note = answer.note(t, runs, "torch-eager fp32", "6 finished", [])
+    assert note.splitlines()[0] == "**jax-jit fp32 vs torch-eager fp32: inference 1.10× faster † (geometric means)**"
+    assert answer.sentences(t, "torch-eager fp32")[0].endswith("(1 of 3 within the noise) †")
+    assert "| 2.00× †" in note and tables.UNSHOWN_LEGEND in note
+    runs["tags.parity"] = "ok"
+    for shown in (runs, crossing_runs()):
+        note = answer.note(tables.tidy(shown), shown, "torch-eager fp32", "6 finished", [])
+        assert tables.UNSHOWN not in note

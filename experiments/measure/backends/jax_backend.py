@@ -179,45 +179,8 @@ class Backend:
         x, y = spec.make_batch(batch, seed)
         x, y = to_input(x, spec.input, precision, self.device), to_input(y, spec.target, precision, self.device)
         model = build(spec, seed, precision, train=op != "inference")
-        graphdef, p, rest = split(model)
         jit = jax.jit if self.setup.compile else lambda f, **_: f
-        if op == "inference":
-            f, leaves = flat(lambda state, x: nnx.merge(graphdef, *state)(x), (p, rest), self.device)
-            jitted = jit(f)
-
-            def fn():
-                return jitted(leaves, x)
-
-            def args():
-                return leaves, x
-        elif op == "grad":
-            grad = make_grad(spec, make_loss(spec, model))
-            f, leaves = flat(lambda state, x, y: grad(*state, x, y), (p, rest), self.device)
-            jitted = jit(f)
-
-            def fn():
-                return jitted(leaves, x, y)
-
-            def args():
-                return leaves, x, y
-        else:
-            tx = optax.adam(1e-3)
-            train = make_train_step(make_loss(spec, model), tx)
-
-            def step(state, x, y):
-                new, loss = train(state, x, y)
-                return jax.tree.leaves(new), loss  # the same order as the leaves that went in
-
-            f, leaves = flat(step, (p, rest, tx.init(p)), self.device)
-            jitted = jit(f, donate_argnums=0)
-
-            def fn():
-                nonlocal leaves  # the previous state was donated: keep only the new one
-                leaves, loss = jitted(leaves, x, y)
-                return leaves, loss
-
-            def args():
-                return leaves, x, y  # the current state: lowering reads only shapes and dtypes
+        jitted, fn, args = PROGRAMS[op](spec, model, jit, self.device, x, y)
         if not self.setup.compile:
             return Step(fn, jax.block_until_ready, device_of)
 
@@ -252,6 +215,47 @@ class Backend:
         if "XLA_FLAGS" in os.environ:
             env["xla_flags"] = os.environ["XLA_FLAGS"]
         return env
+
+
+def _inference(spec: Model, model, jit, device, x, y):
+    """(the jitted function, the timed call, its arguments now) of a forward pass."""
+    graphdef, p, rest = split(model)
+    f, leaves = flat(lambda state, x: nnx.merge(graphdef, *state)(x), (p, rest), device)
+    jitted = jit(f)
+    return jitted, lambda: jitted(leaves, x), lambda: (leaves, x)
+
+
+def _grad(spec: Model, model, jit, device, x, y):
+    """The same for the loss's gradient."""
+    _, p, rest = split(model)
+    grad = make_grad(spec, make_loss(spec, model))
+    f, leaves = flat(lambda state, x, y: grad(*state, x, y), (p, rest), device)
+    jitted = jit(f)
+    return jitted, lambda: jitted(leaves, x, y), lambda: (leaves, x, y)
+
+
+def _training(spec: Model, model, jit, device, x, y):
+    """The same for one Adam step, its state donated and replaced by the new one at each call."""
+    _, p, rest = split(model)
+    tx = optax.adam(1e-3)
+    train = make_train_step(make_loss(spec, model), tx)
+
+    def step(state, x, y):
+        new, loss = train(state, x, y)
+        return jax.tree.leaves(new), loss  # the same order as the leaves that went in
+
+    f, leaves = flat(step, (p, rest, tx.init(p)), device)
+    jitted = jit(f, donate_argnums=0)
+
+    def fn():
+        nonlocal leaves  # the previous state was donated: keep only the new one
+        leaves, loss = jitted(leaves, x, y)
+        return leaves, loss
+
+    return jitted, fn, lambda: (leaves, x, y)  # the current state: lowering reads only shapes and dtypes
+
+
+PROGRAMS = {"inference": _inference, "grad": _grad, "training": _training}
 
 
 def cost_flops(cost) -> int:

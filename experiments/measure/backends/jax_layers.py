@@ -1,7 +1,9 @@
 """The model as nnx layers, built from the spec's numpy weights (channels-last), in train or eval mode."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -118,88 +120,97 @@ def token(x, index: int):
     return x[:, index]
 
 
-def _build(layers: tuple, params: dict[str, np.ndarray], dtype, prefix: str = "") -> nnx.Sequential:
-    """nnx layers whose initializers return the given weights, so paths are "layers/<i>/kernel" etc."""
-    rngs = nnx.Rngs(0)  # required by the constructors; every initializer below ignores it
+@dataclass
+class _From:
+    """What every builder below reads: the canonical weights, the dtype, and the constructors' (ignored) rngs."""
 
-    def w(key: str):
-        return lambda _rng, _shape, _dtype: jnp.asarray(params[key], dtype)
+    params: dict[str, np.ndarray]
+    dtype: Any
+    rngs: nnx.Rngs = field(default_factory=lambda: nnx.Rngs(0))  # every initializer below ignores it
 
-    def linear(din: int, dout: int, key: str) -> nnx.Linear:
-        return nnx.Linear(din, dout, kernel_init=w(key + "kernel"), bias_init=w(key + "bias"), param_dtype=dtype,
-                          rngs=rngs)
+    def w(self, key: str):
+        return lambda _rng, _shape, _dtype: jnp.asarray(self.params[key], self.dtype)
 
-    def norm(cls, *args, p: str, bias: bool = True, **kw):
+    def array(self, key: str):
+        return jnp.asarray(self.params[key], self.dtype)
+
+    def linear(self, din: int, dout: int, key: str) -> nnx.Linear:
+        return nnx.Linear(din, dout, kernel_init=self.w(key + "kernel"), bias_init=self.w(key + "bias"),
+                          param_dtype=self.dtype, rngs=self.rngs)
+
+    def norm(self, cls, *args, p: str, bias: bool = True, **kw):
         # Two-pass variance as torch: flax's default E[x²]−E[x]² lost 30% of the loss of mlp_batchnorm at batch 2
         # in fp32 (8.95 vs a float64 reference of 6.83). eps as torch's defaults (flax's LayerNorm/GroupNorm: 1e-6).
-        init = {"scale_init": w(p + "scale")} | ({"bias_init": w(p + "bias")} if bias else {})
-        return cls(*args, use_fast_variance=False, param_dtype=dtype, rngs=rngs, **init, **kw)
+        init = {"scale_init": self.w(p + "scale")} | ({"bias_init": self.w(p + "bias")} if bias else {})
+        return cls(*args, use_fast_variance=False, param_dtype=self.dtype, rngs=self.rngs, **init, **kw)
 
+
+def _conv(f: _From, layer: Conv, p: str):
+    init = {"kernel_init": f.w(p + "kernel")} | ({"bias_init": f.w(p + "bias")} if layer.bias else {})
+    return nnx.Conv(layer.cin, layer.cout, pair(layer.k), strides=layer.stride,
+                    padding=[(q, q) for q in pair(layer.pad)], feature_group_count=layer.groups, use_bias=layer.bias,
+                    param_dtype=f.dtype, rngs=f.rngs, **init)
+
+
+def _batch_norm(f: _From, layer: BatchNorm, p: str):
+    bn = f.norm(nnx.BatchNorm, layer.c, p=p, momentum=0.9, epsilon=1e-5)  # flax 0.9 == torch 0.1
+    bn.mean[...], bn.var[...] = f.array(p + "mean"), f.array(p + "var")
+    return bn
+
+
+def _act(f: _From, layer: Act, p: str):
+    if layer.fn not in ACTS:
+        raise unsupported("jax", layer)
+    return ACTS[layer.fn]
+
+
+def _lstm(f: _From, layer: LSTM, p: str):
+    cell = nnx.LSTMCell(layer.din, layer.hidden, param_dtype=f.dtype, rngs=f.rngs)
+    for gate in LSTM_GATES:  # flax's cell: one Linear per gate and side, the bias on the hidden side
+        for side in ("i", "h"):
+            key, lin = f"{p}cell.{lstm_name(side, gate)}.", getattr(cell, lstm_name(side, gate))
+            lin.kernel[...] = f.array(key + "kernel")
+            if side == "h":
+                lin.bias[...] = f.array(key + "bias")
+    return LSTMBlock(cell)
+
+
+# One builder per layer record: (weights, the record, its key prefix) -> an nnx module or a function.
+BUILDERS: dict[type, Callable[[_From, Any, str], Any]] = {
+    Dense: lambda f, r, p: f.linear(r.din, r.dout, p),
+    Conv: _conv,
+    BatchNorm: _batch_norm,
+    LayerNorm: lambda f, r, p: f.norm(nnx.LayerNorm, r.d, p=p, epsilon=1e-5),
+    RMSNorm: lambda f, r, p: f.norm(nnx.RMSNorm, r.d, p=p, bias=False, epsilon=1e-6),
+    GroupNorm: lambda f, r, p: f.norm(nnx.GroupNorm, r.c, num_groups=r.groups, p=p, epsilon=1e-5),
+    Act: _act,
+    MaxPool: lambda f, r, p: partial(nnx.max_pool, window_shape=(r.k, r.k), strides=(r.k, r.k)),
+    Upsample: lambda f, r, p: partial(upsample, k=r.k),
+    Flatten: lambda f, r, p: flatten,
+    GlobalMeanPool: lambda f, r, p: global_mean_pool,
+    Mean: lambda f, r, p: jnp.mean,
+    Residual: lambda f, r, p: ResidualBlock(_build(r.layers, f, p)),
+    Concat: lambda f, r, p: ConcatBlock(_build(r.layers, f, p)),
+    Embed: lambda f, r, p: nnx.Embed(r.vocab, r.dim, embedding_init=f.w(p + "embedding"), param_dtype=f.dtype,
+                                     rngs=f.rngs),
+    PosEmbed: lambda f, r, p: PosEmbedding(f.array(p + "embedding")),
+    ToTokens: lambda f, r, p: to_tokens,
+    ClassToken: lambda f, r, p: ClassTokenBlock(f.array(p + "token")),
+    Token: lambda f, r, p: partial(token, index=r.index),
+    Attention: lambda f, r, p: SelfAttention(f.linear(r.dim, 3 * r.dim, p + "qkv."), f.linear(r.dim, r.dim, p + "out."),
+                                             r.heads, r.causal),
+    LSTM: _lstm,
+    MatmulChain: lambda f, r, p: MatmulChainBlock(r.depth, *(f.array(p + k) for k in ("w1", "b1", "w2", "b2"))),
+}
+
+
+def _build(layers: tuple, f: _From, prefix: str = "") -> nnx.Sequential:
+    """nnx layers whose initializers return the given weights, so paths are "layers/<i>/kernel" etc."""
     mods = []
     for i, layer in enumerate(layers):
-        p = f"{prefix}{i}."
-        match layer:
-            case Dense(din, dout):
-                mods.append(linear(din, dout, p))
-            case Conv(cin, cout, k, stride, pad, bias, groups):
-                init = {"kernel_init": w(p + "kernel")} | ({"bias_init": w(p + "bias")} if bias else {})
-                mods.append(nnx.Conv(cin, cout, pair(k), strides=stride, padding=[(q, q) for q in pair(pad)],
-                                     feature_group_count=groups, use_bias=bias, param_dtype=dtype, rngs=rngs, **init))
-            case BatchNorm(c):
-                bn = norm(nnx.BatchNorm, c, p=p, momentum=0.9, epsilon=1e-5)  # flax 0.9 == torch 0.1
-                bn.mean[...] = jnp.asarray(params[p + "mean"], dtype)
-                bn.var[...] = jnp.asarray(params[p + "var"], dtype)
-                mods.append(bn)
-            case LayerNorm(c):
-                mods.append(norm(nnx.LayerNorm, c, p=p, epsilon=1e-5))
-            case RMSNorm(c):
-                mods.append(norm(nnx.RMSNorm, c, p=p, bias=False, epsilon=1e-6))
-            case GroupNorm(groups, c):
-                mods.append(norm(nnx.GroupNorm, c, num_groups=groups, p=p, epsilon=1e-5))
-            case Act(fn) if fn in ACTS:
-                mods.append(ACTS[fn])
-            case MaxPool(k):
-                mods.append(partial(nnx.max_pool, window_shape=(k, k), strides=(k, k)))
-            case Upsample(k):
-                mods.append(partial(upsample, k=k))
-            case Flatten():
-                mods.append(flatten)
-            case GlobalMeanPool():
-                mods.append(global_mean_pool)
-            case Mean():
-                mods.append(jnp.mean)
-            case Residual(inner):
-                mods.append(ResidualBlock(_build(inner, params, dtype, p)))
-            case Concat(inner):
-                mods.append(ConcatBlock(_build(inner, params, dtype, p)))
-            case Embed(vocab, dim):
-                mods.append(nnx.Embed(vocab, dim, embedding_init=w(p + "embedding"), param_dtype=dtype, rngs=rngs))
-            case PosEmbed():
-                mods.append(PosEmbedding(jnp.asarray(params[p + "embedding"], dtype)))
-            case ToTokens():
-                mods.append(to_tokens)
-            case ClassToken():
-                mods.append(ClassTokenBlock(jnp.asarray(params[p + "token"], dtype)))
-            case Token(index):
-                mods.append(partial(token, index=index))
-            case Attention(dim, heads, causal):
-                mods.append(SelfAttention(linear(dim, 3 * dim, p + "qkv."), linear(dim, dim, p + "out."), heads,
-                                          causal))
-            case LSTM(din, hidden):
-                cell = nnx.LSTMCell(din, hidden, param_dtype=dtype, rngs=rngs)
-                for gate in LSTM_GATES:  # flax's cell: one Linear per gate and side, the bias on the hidden side
-                    for side in ("i", "h"):
-                        key = f"{p}cell.{lstm_name(side, gate)}."
-                        lin = getattr(cell, lstm_name(side, gate))
-                        lin.kernel[...] = jnp.asarray(params[key + "kernel"], dtype)
-                        if side == "h":
-                            lin.bias[...] = jnp.asarray(params[key + "bias"], dtype)
-                mods.append(LSTMBlock(cell))
-            case MatmulChain(_, depth):
-                weights = (jnp.asarray(params[p + k], dtype) for k in ("w1", "b1", "w2", "b2"))
-                mods.append(MatmulChainBlock(depth, *weights))
-            case _:
-                raise unsupported("jax", layer)
+        if type(layer) not in BUILDERS:
+            raise unsupported("jax", layer)
+        mods.append(BUILDERS[type(layer)](f, layer, f"{prefix}{i}."))
     return nnx.Sequential(*mods)
 
 
@@ -209,6 +220,6 @@ def dtype(precision: str):
 
 def make_model(spec: ModelSpec, params: dict[str, np.ndarray], precision: str, train: bool) -> nnx.Sequential:
     """The model in train or eval mode, its weights the spec's canonical ones, on the default device."""
-    model = _build(spec.layers, params, dtype(precision))
+    model = _build(spec.layers, _From(params, dtype(precision)))
     model.train() if train else model.eval()
     return model

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -136,107 +137,166 @@ def dense_layout(hwc: tuple[int, ...] | None):
             lambda t: t.reshape(-1, c, h, w).transpose(2, 3, 1, 0).reshape(h * w * c, -1))
 
 
-def _build(layers: tuple, params: dict[str, np.ndarray], shape: tuple[int, ...], prefix: str = ""):
-    """nn.Sequential for a channels-last per-sample `shape`, plus a Link per weight (for canonical grads), and the
-    output's per-sample shape (channels-last)."""
-    mods: list[nn.Module] = []
-    links: list[Link] = []
+@dataclass
+class _From:
+    """What every builder below reads and adds to: the canonical weights, and a Link per weight copied from them."""
 
-    def put(m: nn.Module, attr: str, key: str, to=same, back=same):
+    params: dict[str, np.ndarray]
+    links: list[Link] = field(default_factory=list)
+
+    def put(self, m: nn.Module, attr: str, key: str, to=same, back=same):
         with torch.no_grad():
-            getattr(m, attr).copy_(torch.from_numpy(np.ascontiguousarray(to(params[key]))))
-        links.append((key, m, attr, back))
+            getattr(m, attr).copy_(torch.from_numpy(np.ascontiguousarray(to(self.params[key]))))
+        self.links.append((key, m, attr, back))
 
-    def affine(m: nn.Module, p: str, bias: bool = True):
-        put(m, "weight", p + "scale")
+    def affine(self, m: nn.Module, p: str, bias: bool = True):
+        self.put(m, "weight", p + "scale")
         if bias:
-            put(m, "bias", p + "bias")
+            self.put(m, "bias", p + "bias")
         return m
 
-    def linear(m: nn.Linear, p: str):
-        put(m, "weight", p + "kernel", lambda a: a.T, lambda a: a.T)
-        put(m, "bias", p + "bias")
+    def linear(self, m: nn.Linear, p: str):
+        self.put(m, "weight", p + "kernel", lambda a: a.T, lambda a: a.T)
+        self.put(m, "bias", p + "bias")
 
-    flat_from = None  # the (h, w, c) shape a Flatten consumed, for the Dense after it
+
+@dataclass
+class _Shape:
+    """The per-sample shape (channels-last) reaching a layer, and the (h, w, c) a Flatten consumed, for the Dense
+    after it; each builder moves them on."""
+
+    now: tuple[int, ...]
+    flat_from: tuple[int, ...] | None = None
+
+
+def _dense(f: _From, r: Dense, p: str, s: _Shape):
+    m = nn.Linear(r.din, r.dout)
+    f.put(m, "weight", p + "kernel", *dense_layout(s.flat_from))
+    f.put(m, "bias", p + "bias")
+    s.flat_from, s.now = None, (*s.now[:-1], r.dout)
+    return m
+
+
+def _conv(f: _From, r: Conv, p: str, s: _Shape):
+    m = nn.Conv2d(r.cin, r.cout, pair(r.k), r.stride, pair(r.pad), groups=r.groups, bias=r.bias)
+    f.put(m, "weight", p + "kernel", lambda a: a.transpose(HWIO_TO_OIHW), lambda a: a.transpose(OIHW_TO_HWIO))
+    if r.bias:
+        f.put(m, "bias", p + "bias")
+    s.now = tuple((n + 2 * q - kk) // r.stride + 1 for n, kk, q in zip(s.now[:2], pair(r.k), pair(r.pad))) + (r.cout,)
+    return m
+
+
+def _batch_norm(f: _From, r: BatchNorm, p: str, s: _Shape):
+    # torch momentum 0.1 == flax 0.9. torch updates running_var with the unbiased batch variance, flax with the
+    # biased one: only the running stats after training differ, not the outputs in parity.
+    m = f.affine((nn.BatchNorm2d if len(s.now) == 3 else nn.BatchNorm1d)(r.c, eps=1e-5, momentum=0.1), p)
+    f.put(m, "running_mean", p + "mean")
+    f.put(m, "running_var", p + "var")
+    return m
+
+
+def _act(f: _From, r: Act, p: str, s: _Shape):
+    if r.fn not in ACTS:
+        raise unsupported("torch", r)
+    return ACTS[r.fn]()
+
+
+def _then(m: nn.Module, s: _Shape, shape: tuple[int, ...]) -> nn.Module:
+    """A layer without weights that changes the shape to `shape`."""
+    s.now = shape
+    return m
+
+
+def _residual(f: _From, r: Residual, p: str, s: _Shape):
+    return ResidualBlock(_build(r.layers, f, _Shape(s.now), p))
+
+
+def _concat(f: _From, r: Concat, p: str, s: _Shape):
+    inner = _Shape(s.now)
+    m = ConcatBlock(_build(r.layers, f, inner, p), dim=1 if len(s.now) == 3 else -1)  # images: NCHW's channels
+    s.now = (*s.now[:-1], s.now[-1] + inner.now[-1])
+    return m
+
+
+def _embed(f: _From, r: Embed, p: str, s: _Shape):
+    m = nn.Embedding(r.vocab, r.dim)
+    f.put(m, "weight", p + "embedding")
+    return _then(m, s, (*s.now, r.dim))
+
+
+def _pos_embed(f: _From, r: PosEmbed, p: str, s: _Shape):
+    m = PosEmbedding(r.length, r.dim)
+    f.put(m, "embedding", p + "embedding")
+    return m
+
+
+def _class_token(f: _From, r: ClassToken, p: str, s: _Shape):
+    m = ClassTokenBlock(r.dim)
+    f.put(m, "token", p + "token")
+    return _then(m, s, (s.now[0] + 1, r.dim))
+
+
+def _attention(f: _From, r: Attention, p: str, s: _Shape):
+    m = SelfAttention(r.dim, r.heads, r.causal)
+    f.linear(m.qkv, p + "qkv.")
+    f.linear(m.out, p + "out.")
+    return m
+
+
+def _lstm(f: _From, r: LSTM, p: str, s: _Shape):
+    m = LSTMLayer(r.din, r.hidden)
+    f.links += lstm_weights(m.lstm, f.params, p, r.hidden)
+    return _then(m, s, (s.now[0], r.hidden))
+
+
+def _matmul_chain(f: _From, r: MatmulChain, p: str, s: _Shape):
+    m = MatmulChainBlock(r.depth, *(f.params[p + k] for k in ("w1", "b1", "w2", "b2")))
+    f.links += [(p + k, m, k, same) for k in ("w1", "b1", "w2", "b2")]
+    return m
+
+
+# One builder per layer record: (weights, the record, its key prefix, the shape so far) -> an nn.Module.
+BUILDERS: dict[type, Callable[[_From, Any, str, _Shape], nn.Module]] = {
+    Dense: _dense,
+    Conv: _conv,
+    BatchNorm: _batch_norm,
+    LayerNorm: lambda f, r, p, s: f.affine(nn.LayerNorm(r.d, eps=1e-5), p),
+    RMSNorm: lambda f, r, p, s: f.affine(nn.RMSNorm(r.d, eps=1e-6), p, bias=False),
+    GroupNorm: lambda f, r, p, s: f.affine(nn.GroupNorm(r.groups, r.c, eps=1e-5), p),
+    Act: _act,
+    MaxPool: lambda f, r, p, s: _then(nn.MaxPool2d(r.k), s, (s.now[0] // r.k, s.now[1] // r.k, s.now[2])),
+    Upsample: lambda f, r, p, s: _then(nn.Upsample(scale_factor=r.k, mode="nearest"), s,
+                                       (s.now[0] * r.k, s.now[1] * r.k, s.now[2])),
+    Flatten: lambda f, r, p, s: _flatten(s),
+    GlobalMeanPool: lambda f, r, p, s: _then(GlobalMeanPool2d(), s, s.now[-1:]),
+    Mean: lambda f, r, p, s: _then(MeanAll(), s, ()),
+    Residual: _residual,
+    Concat: _concat,
+    Embed: _embed,
+    PosEmbed: _pos_embed,
+    ToTokens: lambda f, r, p, s: _then(ToTokens2d(), s, (s.now[0] * s.now[1], s.now[2])),
+    ClassToken: _class_token,
+    Token: lambda f, r, p, s: _then(TokenAt(r.index), s, s.now[1:]),
+    Attention: _attention,
+    LSTM: _lstm,
+    MatmulChain: _matmul_chain,
+}
+
+
+def _flatten(s: _Shape) -> nn.Module:
+    s.flat_from = s.now
+    return _then(nn.Flatten(), s, (math.prod(s.now),))
+
+
+def _build(layers: tuple, f: _From, shape: _Shape, prefix: str = "") -> nn.Sequential:
+    """nn.Sequential for a channels-last per-sample `shape` (moved on to the output's), adding a Link per weight
+    to `f.links` (for canonical grads)."""
+    mods: list[nn.Module] = []
     for i, layer in enumerate(layers):
-        p = f"{prefix}{i}."
-        match layer:
-            case Dense(din, dout):
-                m = nn.Linear(din, dout)
-                put(m, "weight", p + "kernel", *dense_layout(flat_from))
-                put(m, "bias", p + "bias")
-                flat_from, shape = None, (*shape[:-1], dout)
-            case Conv(cin, cout, k, stride, pad, bias, groups):
-                m = nn.Conv2d(cin, cout, pair(k), stride, pair(pad), groups=groups, bias=bias)
-                put(m, "weight", p + "kernel", lambda a: a.transpose(HWIO_TO_OIHW), lambda a: a.transpose(OIHW_TO_HWIO))
-                if bias:
-                    put(m, "bias", p + "bias")
-                shape = tuple((n + 2 * q - kk) // stride + 1 for n, kk, q in zip(shape[:2], pair(k), pair(pad))) + (cout,)
-            case BatchNorm(c):
-                # torch momentum 0.1 == flax 0.9. torch updates running_var with the unbiased batch variance, flax
-                # with the biased one: only the running stats after training differ, not the outputs in parity.
-                m = affine((nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d)(c, eps=1e-5, momentum=0.1), p)
-                put(m, "running_mean", p + "mean")
-                put(m, "running_var", p + "var")
-            case LayerNorm(c):
-                m = affine(nn.LayerNorm(c, eps=1e-5), p)
-            case RMSNorm(c):
-                m = affine(nn.RMSNorm(c, eps=1e-6), p, bias=False)
-            case GroupNorm(groups, c):
-                m = affine(nn.GroupNorm(groups, c, eps=1e-5), p)
-            case Act(fn) if fn in ACTS:
-                m = ACTS[fn]()
-            case MaxPool(k):
-                m = nn.MaxPool2d(k)
-                shape = (shape[0] // k, shape[1] // k, shape[2])
-            case Upsample(k):
-                m = nn.Upsample(scale_factor=k, mode="nearest")
-                shape = (shape[0] * k, shape[1] * k, shape[2])
-            case Flatten():
-                m, flat_from, shape = nn.Flatten(), shape, (math.prod(shape),)
-            case GlobalMeanPool():
-                m, shape = GlobalMeanPool2d(), shape[-1:]
-            case Mean():
-                m, shape = MeanAll(), ()
-            case Residual(inner):
-                body, inner_links, _ = _build(inner, params, shape, p)
-                m = ResidualBlock(body)
-                links += inner_links
-            case Concat(inner):
-                body, inner_links, out = _build(inner, params, shape, p)
-                m = ConcatBlock(body, dim=1 if len(shape) == 3 else -1)  # images: NCHW's channels
-                links += inner_links
-                shape = (*shape[:-1], shape[-1] + out[-1])
-            case Embed(vocab, dim):
-                m = nn.Embedding(vocab, dim)
-                put(m, "weight", p + "embedding")
-                shape = (*shape, dim)
-            case PosEmbed(length, dim):
-                m = PosEmbedding(length, dim)
-                put(m, "embedding", p + "embedding")
-            case ToTokens():
-                m, shape = ToTokens2d(), (shape[0] * shape[1], shape[2])
-            case ClassToken(dim):
-                m = ClassTokenBlock(dim)
-                put(m, "token", p + "token")
-                shape = (shape[0] + 1, dim)
-            case Token(index):
-                m, shape = TokenAt(index), shape[1:]
-            case Attention(dim, heads, causal):
-                m = SelfAttention(dim, heads, causal)
-                linear(m.qkv, p + "qkv.")
-                linear(m.out, p + "out.")
-            case LSTM(din, hidden):
-                m = LSTMLayer(din, hidden)
-                links += lstm_weights(m.lstm, params, p, hidden)
-                shape = (shape[0], hidden)
-            case MatmulChain(_, depth):
-                m = MatmulChainBlock(depth, *(params[p + k] for k in ("w1", "b1", "w2", "b2")))
-                links += [(p + k, m, k, same) for k in ("w1", "b1", "w2", "b2")]
-            case _:
-                raise unsupported("torch", layer)
-        mods.append(m)
-    return nn.Sequential(*mods), links, shape
+        if type(layer) not in BUILDERS:
+            raise unsupported("torch", layer)
+        mods.append(BUILDERS[type(layer)](f, layer, f"{prefix}{i}.", shape))
+    return nn.Sequential(*mods)
 
 
 def lstm_weights(lstm: nn.LSTM, params: dict[str, np.ndarray], p: str, hidden: int) -> list[Link]:
@@ -265,7 +325,7 @@ def dtype(precision: str) -> torch.dtype:
 def make_model(spec: ModelSpec, params: dict[str, np.ndarray], precision: str, train: bool) -> nn.Sequential:
     """The model in train or eval mode, its weights the spec's canonical ones, on the CPU; `model.links` maps
     each weight back to its canonical key and layout."""
-    model, links, _ = _build(spec.layers, params, spec.input_shape)
-    model = model.to(dtype=dtype(precision)).train(train)
-    model.links = links
+    weights = _From(params)
+    model = _build(spec.layers, weights, _Shape(spec.input_shape)).to(dtype=dtype(precision)).train(train)
+    model.links = weights.links
     return model

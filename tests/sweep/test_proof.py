@@ -1,0 +1,78 @@
+"""What a job's points record about their model: parity from one process per sweep (cached in the sweep's dir),
+where the FLOPs come from, the parameter count per framework, the network's source in the tags and the resume key;
+and a framework the network lacks, skipped in the parent with the reason."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+import models
+from experiments.common.protocol import Point
+from experiments.store import records
+from experiments.sweep import points, preflight, proof
+from tests.models.test_network import CONV, MLP
+
+
+@pytest.fixture(scope="module")
+def nets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("proof")
+    (d / "mlp.py").write_text(textwrap.dedent(MLP))
+    (d / "conv.py").write_text(textwrap.dedent(CONV))
+    return d
+
+
+def job(make_cfg, nets, file: str, *overrides: str):
+    c = preflight.typed(make_cfg("model=file", f"model.path={nets / file}", "bench=quick", *overrides))
+    return preflight.job(c)
+
+
+def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, tmp_path, monkeypatch):
+    asked = []
+    real = proof.ask
+    monkeypatch.setattr(proof, "ask", lambda j, t: asked.append(j) or real(j, t))  # a process per call
+    jax_job = proof.tagged(job(make_cfg, nets, "mlp.py", "framework=jax"), tmp_path)
+    torch_job = proof.tagged(job(make_cfg, nets, "mlp.py", "framework=torch"), tmp_path)
+    assert len(asked) == 1 and len(list((tmp_path / proof.PROOFS).glob("*.json"))) == 1  # the second job: cached
+    count = str(32 * 16 + 16 + 16 * 10 + 10)
+    for j in (jax_job, torch_job):
+        assert j.tags | {"parity_worst": "-"} == {
+            "parity": "ok", "parity_worst": "-", "flops_source": "torch", "param_count_jax": count,
+            "param_count_torch": count, "param_counts_differ": "false", "model_source": f"file {nets / 'mlp.py'}",
+            "model_source_version": models.load("file", path=str(nets / "mlp.py")).source.version}
+        assert j.flops == {"inference:2": 2 * 2 * (32 * 16 + 16 * 10), "inference:8": 2 * 8 * (32 * 16 + 16 * 10),
+                           "training:8": j.flops["training:8"]} and j.request().flops == j.flops
+    off = proof.tagged(job(make_cfg, nets, "mlp.py", "parity=false"), tmp_path / "off")
+    assert off.tags["parity"] == "unchecked" and off.tags["parity_reason"] == "parity=false: not checked"
+
+
+def test_a_parity_process_that_fails_is_a_failed_parity_and_not_kept(make_cfg, nets, tmp_path):
+    failed = proof.tagged(job(make_cfg, nets, "mlp.py", "runtime.python=/bin/false"), tmp_path)
+    assert failed.tags["parity"] == "failed" and failed.flops == {}
+    assert failed.tags["parity_reason"] == "the parity check's process exited 1: no output"
+    assert not list((tmp_path / proof.PROOFS).glob("*.json"))  # the next job asks again
+
+
+def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipped(make_cfg, nets, tmp_path):
+    jax_job = proof.tagged(job(make_cfg, nets, "conv.py", "framework=jax", "+model.torch_only=true"), tmp_path)
+    assert jax_job.tags["parity"] == "unchecked" and "only torch is declared" in jax_job.tags["parity_reason"]
+    assert jax_job.tags["flops_source"] == "declared" and jax_job.flops == {}  # conv.py counts its own
+    assert points.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
+    kept = points.run_job(jax_job, tmp_path / "job")  # no worker starts: every point skipped, with the reason
+    assert {k.record.outcome for k in kept.done} == {"skipped"} and len(kept.done) == len(jax_job.points)
+    assert kept.done[0].record.tags["skip_reason_inference"] == points.lacks(jax_job)
+    assert kept.done[0].record.tags["parity"] == "unchecked" and kept.done[0].record.run_name.startswith("conv · ")
+    assert points.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
+
+
+def test_editing_the_file_changes_the_resume_key(make_cfg, nets, tmp_path, monkeypatch):
+    (tmp_path / "net.py").write_text(textwrap.dedent(MLP))
+    monkeypatch.setattr(models, "_LOADED", {})  # each sweep is a fresh process: it loads the file it finds
+    before = records.point_key(job(make_cfg, tmp_path, "net.py"), Point(8, ("inference",)))
+    (tmp_path / "net.py").write_text(textwrap.dedent(MLP).replace("torch.relu", "torch.tanh"))
+    models._LOADED.clear()
+    after = job(make_cfg, tmp_path, "net.py")
+    assert records.point_key(after, Point(8, ("inference",))) != before
+    (tmp_path / "net.py").write_text(textwrap.dedent(MLP))  # the same content again: the same key
+    models._LOADED.clear()
+    assert records.point_key(job(make_cfg, tmp_path, "net.py"), Point(8, ("inference",))) == before
