@@ -170,7 +170,8 @@ def run(a: argparse.Namespace) -> int:
     return OK
 
 
-def measure(comparison: Comparison, design, threshold: float, alpha: float, out: Path, store: "Store") -> list | None:
+def measure(comparison: Comparison, design, threshold: float, alpha: float, out: Path, store: "Store",
+            prog: str = "nnbench ab") -> list | None:
     """Every job's points compared paired, each point's run logged as its job is judged, then the parent closed;
     None after a Ctrl-C (the parent KILLED, the points judged so far kept). Any other fault closes it FAILED."""
     from experiments.harness import pairs
@@ -192,7 +193,7 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
                 rows.append(row)
     except KeyboardInterrupt:
         store.close("KILLED", rows, f"interrupted after {len(rows)} points")
-        print(f"nnbench ab: interrupted: {len(rows)} points logged under {store.parent}; the pairs measured are in "
+        print(f"{prog}: interrupted: {len(rows)} points logged under {store.parent}; the pairs measured are in "
               f"{out}", file=sys.stderr)
         return None
     except BaseException as e:

@@ -51,16 +51,6 @@ def exit_code(argv: list[str]) -> int:
         return e.code
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """One real sqlite store for the tests that log (creating one takes seconds); each reads the runs it started."""
-    from experiments.store import tracking
-
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
-    tracking.open_store(uri, "nnbench")
-    return uri
-
-
 def runs_since(uri: str, t0: float):
     """The runs of the store started at or after `t0` (time.time())."""
     mlflow.set_tracking_uri(uri)
@@ -74,7 +64,7 @@ def test_percent_threshold_reads_as_a_fraction():
 
 
 @pytest.mark.slow
-def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path, capsys, store, monkeypatch):
+def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path, capsys, paired_store, monkeypatch):
     """An A/A comparison (framework.threads=1 on both sides) of a tiny point: a ratio, an interval, a verdict, printed
     as JSON and logged: one FINISHED parent with the sides and the verdicts, one FINISHED child for the point. (The
     sides' jobs come from the door once per module: `checked`.)"""
@@ -82,7 +72,7 @@ def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path,
 
     monkeypatch.setattr(ab, "checked", lambda *args: checked() if args == ("framework.threads", ["1", "1"], POINT)
                         else door(*args))
-    uri, t0 = store, time.time()
+    uri, t0 = paired_store, time.time()
     argv = ["ab", "framework.threads=1,1", *POINT, "--pairs", "2", "--max-pairs", "2", "--bursts", "3",
             "--burst-ms", "5", "--json", "--out", str(tmp_path / "out"), "--uri", uri]
     assert main(argv) == 0
@@ -120,7 +110,7 @@ def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path,
 
 
 @pytest.mark.parametrize("fault", [KeyboardInterrupt, RuntimeError])
-def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, capsys, fault, store):
+def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, capsys, fault, paired_store):
     """A Ctrl-C while measuring: one line, the parent KILLED (`ab` exits 130); a crash: the parent FAILED, and the
     error goes on. (Both before any worker starts: the store's side only, with a real comparison's jobs.)"""
     from experiments.cli import ab
@@ -130,7 +120,7 @@ def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(pairs, "compare", broken)
     comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
-    logged = ab.Store.open(store, "nnbench", comparison, design)
+    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
     if fault is KeyboardInterrupt:
         assert ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged) is None  # run() then returns 130
         (line,) = capsys.readouterr().err.strip().splitlines()
@@ -138,7 +128,7 @@ def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, ca
     else:
         with pytest.raises(fault):
             ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged)
-    (status,) = runs_since(store, t0)["status"]
+    (status,) = runs_since(paired_store, t0)["status"]
     assert status == ("KILLED" if fault is KeyboardInterrupt else "FAILED")
 
 
