@@ -269,7 +269,8 @@ def paired(a: argparse.Namespace) -> int:
     sweep([*aa, f"repeat={','.join(map(str, range(2 * n)))}"], uri, workdir)
     unpaired_aa = aa_ab(replicate_pairs(series(last_sweep(uri), uri, "repeat")), factors=())
     depths = ",".join(map(str, [BASE_DEPTH, *DEPTHS.values()]))
-    sweep([*planted, f"model.depth={depths}", f"repeat={','.join(map(str, range(n)))}"], uri, workdir)
+    # the depths vary fastest (the last override), so that each round measures the three in turn
+    sweep([*planted, f"repeat={','.join(map(str, range(n)))}", f"model.depth={depths}"], uri, workdir)
     unpaired_found = planted_unpaired(uri)
     unpaired_s = (time.perf_counter() - t0) / (2 * n + 3 * n)  # per point measured
     said = paired_comparisons(probe, aa, planted, n, a.pairs, a.bursts, workdir / "pairs")
