@@ -70,7 +70,7 @@ def fraction(text: str) -> float:
 
 def design_of(a: argparse.Namespace):
     """The design of the flags, each number checked in one line naming the fix."""
-    from experiments.harness import pairs
+    from experiments.harness import pairs  # psutil and numpy: only once the arguments parse
 
     checks = [(a.pairs >= 2, f"--pairs {a.pairs}: at least 2 (one pair gives no verdict), e.g. --pairs 6"),
               (a.max_pairs >= a.pairs, f"--max-pairs {a.max_pairs} is below --pairs {a.pairs}: set it at least "
@@ -152,7 +152,7 @@ def checked(key: str, vs: list[str], overrides: list[str], labels: list[str] | N
 
 
 def run(a: argparse.Namespace) -> int:
-    from experiments.store.uris import store_uri
+    from experiments.store.uris import store_uri  # the store's modules: only once the arguments parse
 
     key, vs = values(a.axis)
     design = design_of(a)
@@ -174,7 +174,7 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
             prog: str = "nnbench ab") -> list | None:
     """Every job's points compared paired, each point's run logged as its job is judged, then the parent closed;
     None after a Ctrl-C (the parent KILLED, the points judged so far kept). Any other fault closes it FAILED."""
-    from experiments.harness import pairs
+    from experiments.harness import pairs  # numpy, psutil and scipy: only once the comparison is checked
     from experiments.report.verdict import judge_pairs
 
     rows: list[dict] = []
@@ -240,7 +240,7 @@ class Store:
     def point(self, row: dict, c, frameworks: dict[str, str]) -> str:
         """One point's child run: the point as params, the ratio, interval and pairs as metrics, the verdict as a tag,
         every burst's samples as bursts.json."""
-        from experiments.measure.environment import fingerprint
+        from experiments.measure.environment import fingerprint  # mlflow and the environment's record: once measured
         from experiments.store import tracking
 
         p = row["point"]
@@ -269,7 +269,7 @@ class Store:
 
     def close(self, status: str, rows: list[dict], why: str = "") -> None:
         """The parent's description (the verdicts' table, and why it ended early), its artifact ab.json; `status`."""
-        from experiments.store import tracking
+        from experiments.store import tracking  # mlflow is slow to import: only once measured
 
         note = (table(rows) if rows else "no point was judged") + (f"\n\n**{status}**: {why}" if why else "")
         try:

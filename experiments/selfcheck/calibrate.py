@@ -47,11 +47,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from experiments.common.config import README_SWEEP
+from experiments.common.config import README_SWEEP, register
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
-from experiments.report.verdict import Verdict, process_medians, welch
+from experiments.harness import pairs
+from experiments.report.verdict import Verdict, judge, judge_pairs, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import store_uri
 
@@ -154,11 +155,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired", action="store_true",
                    help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A point and "
                         "a 5%% and 10%% slowdown planted in the timed step")
-    from experiments.harness.pairs import PAIRS, ROUNDS  # light: no framework
-
-    p.add_argument("--pairs", type=int, default=PAIRS, help="with --paired: fresh pairs per comparison at first "
+    p.add_argument("--pairs", type=int, default=pairs.PAIRS, help="with --paired: fresh pairs per comparison at first "
                                                             "(up to twice as many; default %(default)s)")
-    p.add_argument("--bursts", type=int, default=ROUNDS,
+    p.add_argument("--bursts", type=int, default=pairs.ROUNDS,
                    help="with --paired: bursts per side per pair (default %(default)s)")
 
 
@@ -251,8 +250,7 @@ BASE_DEPTH = 20
 
 def paired(a: argparse.Namespace) -> int:
     """The paired verdict's rates beside the unpaired verdict's, measured in this one run (the module's docstring)."""
-    from experiments.common.config import register
-    from experiments.selfcheck import paired as probe
+    from experiments.selfcheck import paired as probe  # Hydra's door at import: only with --paired
 
     n = a.repeats
     if n < 2 or a.pairs < 2 or a.bursts < 1 or a.sweep or a.planted:
@@ -281,8 +279,6 @@ def paired(a: argparse.Namespace) -> int:
 
 def planted_unpaired(uri: str) -> dict[float, int]:
     """Per planted factor, in how many rounds the unpaired verdict (Welch on process medians) says slower."""
-    from experiments.report.verdict import judge
-
     parent = tracking.latest_sweep(uri, "nnbench").info.run_id
     runs = tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'")
     runs = runs[runs["status"] == "FINISHED"]
@@ -300,9 +296,6 @@ def planted_unpaired(uri: str) -> dict[float, int]:
 def paired_comparisons(probe, aa: list[str], planted: list[str], n: int, first_pairs: int, bursts: int,
                        out: Path) -> dict:
     """`n` paired comparisons each of the A/A point and every planted depth, alternating: (verdict, seconds) each."""
-    from experiments.harness import pairs
-    from experiments.report.verdict import judge_pairs
-
     same = probe.job(aa)
     base = probe.job([*planted, f"model.depth={BASE_DEPTH}"])
     cases = {"A/A": (same, same)} | {f: (base, probe.job([*planted, f"model.depth={d}"])) for f, d in DEPTHS.items()}
@@ -327,8 +320,6 @@ def paired_comparisons(probe, aa: list[str], planted: list[str], n: int, first_p
 def paired_mde(log_ratios: list[list[float]]) -> float | None:
     """The smallest slowdown found (slower) in >= 90% of the A/A comparisons with it planted synthetically: each
     comparison's pair log ratios shifted by log(factor), judged as its pairs were."""
-    from experiments.report.verdict import judge_pairs
-
     for f in MDE_GRID:
         shifted = [judge_pairs([[x + math.log(f) for x in lr]])[0] for lr in log_ratios]
         hits = sum(v.verdict == Verdict.SLOWER for v in shifted)
