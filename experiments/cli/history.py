@@ -7,7 +7,9 @@ from the per-process medians on either side of it (Welch's t, Benjamini-Hochberg
 regressions table (point, where, before → after, ratio and interval, verdict) and each point's medians, and logs
 them with a trend plot per model and op (steps marked) to a run `history <by> · <selection>` in the store; --out
 writes the same files to a folder. --fail-on-regression exits 1 when a slower level starts at the newest value
-(or at or after --since): what a scheduled job asks. See docs/comparing.md.
+(or at or after --since): what a scheduled job asks. Its verdicts are unpaired (runs measured at different
+times), and say so under the table; `nnbench ab` and `nnbench versions --paired` compare paired. See
+docs/comparing.md.
 """
 from __future__ import annotations
 
@@ -107,6 +109,9 @@ def report(s, r, values: list[str], by: str, threshold: float, alpha: float) -> 
     slower, faster = (counts.get(v, 0) for v in (Verdict.SLOWER, Verdict.FASTER))
     out.append(f"{len(r)} changes ({slower} slower, {faster} faster) in {points} "
                f"points (threshold {threshold:.0%}, false discovery rate {alpha})")
+    out.append("verdicts unpaired: each compares the processes measured at one value with those at another, measured "
+               "at different times; to compare two environments or variants paired, measured now burst by burst: "
+               "nnbench ab AXIS=A,B, or nnbench versions SPECS --paired")
     if n := history.unjudged(s):
         out.append(f"note: {n} points have one process per value and too few values to judge; measure them with "
                    "bench.processes >= 2 (bench=default) or replicates (repeat=0,1,2)")

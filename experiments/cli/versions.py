@@ -6,19 +6,31 @@ must move to satisfy it (a flax that supports an older jax), nothing else; built
 (--index-url, --find-links pass through), validated (the versions it imports, a LeNet training step where a framework
 moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
 
-Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments,
-interleaved (runtime.python varies fastest; --repeats N adds rounds), under one parent run `versions <specs> ·
-<overrides>` whose params say what each environment changed; each point's run carries its environment's spec and
-versions as params and tags. At the end it prints each point's history along the versions, as `nnbench history`
-would. --list shows the cached environments, --clean [SPECS] removes them. See docs/comparing.md.
+Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments, interleaved (runtime.python varies fastest;
+--repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
+environment changed; each point's run carries its environment's spec and versions as params and tags. At the end
+it prints each point's history along the versions, as `nnbench history` would: unpaired, from processes measured one
+after another.
+
+--paired compares each adjacent pair of versions paired instead, as `nnbench ab runtime.python=A,B` would: on each
+point, fresh pairs of warm workers, one per environment, alternating short bursts while the other is stopped (about
+a minute and a half per point and pair of versions on 2 cores, 6 pairs of 75 bursts of 20 ms: not the default, it
+is several times the unpaired sweep's time). It prints each pair of versions' paired table (ratio newer/older, its
+interval, the verdict) and logs each comparison under the versions' parent run; --pairs, --max-pairs, --bursts,
+--burst-ms, --order, --threshold and --alpha set it (they go with --paired only). --list shows the cached
+environments, --clean [SPECS] removes them. See docs/comparing.md.
 """
 from __future__ import annotations
 
 import argparse
+import argparse
 import json
 import re
 import sys
+import tempfile
+from pathlib import Path
 
+from experiments.cli import ab
 from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
 from experiments.common.errors import OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
@@ -36,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the cached environments")
     p.add_argument("--clean", action="store_true", help="remove the cached environments (of the specs, if given)")
     add_environments(p)
+    p.add_argument("--paired", action="store_true",
+                   help="compare each adjacent pair of versions paired (nnbench ab's engine), point by point")
+    ab.add_design(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -57,12 +72,34 @@ def versions(a: argparse.Namespace) -> int:
         return manage(a, specs, cache)
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
-    sweep_jobs(a, uri)
+    design = paired_design(a, len(specs))
+    jobs = sweep_jobs(a, uri)
+    if design and any(str(j.config.framework.name) == "external" for j in jobs):
+        raise BadInput("framework=external can't be paired: its runner times itself; drop --paired")
     built = build(specs, index, how, cache)
+    if a.paired:
+        return compare_paired(a, uri, built, design)
     if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along
         print(f"nnbench versions: note: one environment ({specs[0]}), nothing to follow along versions: list two "
               "or more versions to compare them", file=sys.stderr)
     return measure(a, uri, built)
+
+
+def paired_design(a: argparse.Namespace, specs: int):
+    """The paired design of the flags (--paired), checked before anything is built; BadInput naming the fix, also
+    for a design flag given without --paired."""
+    defaults = argparse.ArgumentParser()
+    ab.add_design(defaults)
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
+    if not a.paired:
+        if given:
+            raise BadInput(f"{', '.join(given)} set the paired comparison: add --paired")
+        return None
+    if a.repeats != 1:
+        raise BadInput("--repeats replicates the unpaired sweep: with --paired, set --pairs N")
+    if specs < 2:
+        raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
+    return ab.design_of(a)
 
 
 def manage(a: argparse.Namespace, specs, cache) -> int:
@@ -104,6 +141,35 @@ def axis_of(built) -> str:
 
     varying = [i for i, (n, _) in enumerate(built[0].spec.pins) if len({e.spec.pins[i][1] for e in built}) > 1]
     return version_key(built[0].spec.pins[varying[0]][0]) if len(varying) == 1 else "env_spec"
+
+
+def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
+    """Each adjacent pair of environments compared paired on every point (`nnbench ab runtime.python=A,B`), each
+    comparison a run nested under the versions' parent; 130 after a Ctrl-C (the parent KILLED)."""
+    from experiments.store import tracking  # mlflow is slow to import: only once the environments exist
+
+    title = f"versions {' '.join(a.specs)} · {' '.join(a.overrides) or 'the default sweep'} · paired"
+    comparisons = [ab.checked("runtime.python", [f"'{older.python}'", f"'{newer.python}'"], a.overrides,
+                              [str(older.spec), str(newer.spec)]) for older, newer in zip(built, built[1:])]
+    params = {"specs": " | ".join(str(e.spec) for e in built), "overrides": " ".join(a.overrides), "paired": "true"}
+    parent = tracking.start_parent(uri, tracking.open_store(uri, a.experiment), title, params, kind="versions")
+    out, tables = Path(tempfile.mkdtemp(prefix="nnbench-versions-")), []
+    try:
+        for i, comparison in enumerate(comparisons):
+            store = ab.Store.open(uri, a.experiment, comparison, design, parent)
+            rows = ab.measure(comparison, design, a.threshold, a.alpha, out / f"pair-{i}", store, "nnbench versions")
+            if rows is None:
+                tracking.set_status(uri, parent, "KILLED")
+                return ab.INTERRUPTED
+            tables.append(ab.table(rows) + ("\n" + ab.hints(rows) if ab.hints(rows) else ""))
+            print(f"\n{tables[-1]}", flush=True)
+    except BaseException:
+        tracking.set_status(uri, parent, "FAILED", quiet=True)
+        raise
+    with tempfile.TemporaryDirectory() as tmp:
+        tracking.finish_parent(uri, parent, Path(tmp), note="\n\n".join(tables))
+    print(f"\nversions: parent run {parent} ({title}); pairs' files: {out}", file=sys.stderr)
+    return OK
 
 
 def measure(a: argparse.Namespace, uri: str, built) -> int:

@@ -15,12 +15,28 @@ then:
   1.0 (twice), 1.1, 1.2 and 1.5 times slower, measured interleaved (`--repeats` rounds, LeNet's batch sizes as its
   points): A/A on the two unslowed versions, detection of each slowdown.
 
-Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 when the A/A rate is below 95%.
+With --paired, the paired verdict (`nnbench ab`'s) beside the unpaired one, on one A/A point (the overrides; default
+torch LeNet bs32 inference) and a slowdown planted in the worker's timed step (matmul_chain n=500 bs32, 21 and 22
+layers against 20: 5% and 10% more of the same work), all measured in this one run:
+
+- paired: `--repeats` whole comparisons of each (A/A, 5%, 10%), as `ab` makes them (`--pairs` pairs at first, up to
+  twice as many while inconclusive, `--bursts` bursts of 20 ms per side per pair), the three alternating;
+- unpaired: the same points swept with `repeat=0..`: 2 × `--repeats` replicates of the A/A point (each two an A/A
+  comparison) and `--repeats` rounds of the three depths (each round: 21 and 22 against 20), judged by Welch's t on
+  the process medians;
+- for each: A/A slower or faster, the planted 5% and 10% found (slower), the minimal detectable effect at >= 90%
+  found (synthetic: the A/A comparisons' second side scaled, its pairs' log ratios shifted), and the wall time per
+  judged point.
+
+Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 when the A/A rate is below 95% (with
+--paired: the paired A/A false alarms above 5%).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import math
 import itertools
 import sys
 import tempfile
@@ -37,7 +53,8 @@ from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
-from experiments.report.verdict import Verdict, process_medians, welch
+from experiments.harness import pairs
+from experiments.report.verdict import Verdict, judge, judge_pairs, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 
@@ -139,6 +156,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--uri", help="the store (default: a new one in a temporary directory)")
     p.add_argument("--planted", action="store_true",
                    help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
+    p.add_argument("--paired", action="store_true",
+                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A point and "
+                        "a 5%% and 10%% slowdown planted in the timed step")
+    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS, help="with --paired: fresh pairs per comparison at first "
+                                                            "(up to twice as many; default %(default)s)")
+    p.add_argument("--bursts", type=positive("--bursts", "75", int), default=pairs.ROUNDS,
+                   help="with --paired: bursts per side per pair (default %(default)s)")
 
 
 def sweep(args: list[str], uri: str, workdir: Path) -> None:
@@ -167,6 +191,8 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.paired:
+        return paired(a)
     from experiments.sweep import commandline  # Hydra is slow to import: only to validate the overrides
 
     if a.sweep and a.overrides:
@@ -229,3 +255,108 @@ def planted(workdir: Path, rounds: str) -> dict:
         else:
             result["detected"][factor] = sum(found(pair, (Verdict.SLOWER,))[0] for pair in pairs)
     return result
+
+
+# Planted in the worker's timed step: matmul_chain's layers, depth 20 against 21 and 22 (5% and 10% more of the same
+# work; selfcheck/paired.py says why not a wider matrix).
+DEPTHS = {1.05: 21, 1.10: 22}
+BASE_DEPTH = 20
+
+
+def paired(a: argparse.Namespace) -> int:
+    """The paired verdict's rates beside the unpaired verdict's, measured in this one run (the module's docstring)."""
+    from experiments.selfcheck import paired as probe  # Hydra's door at import: only with --paired
+
+    n = a.repeats
+    if n < 2 or a.pairs < 2 or a.bursts < 1 or a.sweep or a.planted:
+        raise BadInput(f"with --paired: --repeats and --pairs at least 2, --bursts at least 1 (got {n}, {a.pairs}, "
+                       f"{a.bursts}), and no --sweep or --planted: e.g. --paired --repeats 8 --pairs 6")
+    register()
+    threads = [o for o in a.overrides if o.startswith("framework.threads=")]
+    aa = list(a.overrides or probe.AA)
+    planted = [*probe.PLANTED, *threads]
+    probe.job(aa)  # one point, checked before anything runs
+    workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
+    uri = store_uri(a.uri) if a.uri else f"sqlite:///{workdir}/mlruns/mlflow.db"
+    t0 = time.perf_counter()
+    sweep([*aa, f"repeat={','.join(map(str, range(2 * n)))}"], uri, workdir)
+    unpaired_aa = aa_ab(replicate_pairs(series(last_sweep(uri), uri, "repeat")), factors=())
+    depths = ",".join(map(str, [BASE_DEPTH, *DEPTHS.values()]))
+    # the depths vary fastest (the last override), so that each round measures the three in turn
+    sweep([*planted, f"repeat={','.join(map(str, range(n)))}", f"model.depth={depths}"], uri, workdir)
+    unpaired_found = planted_unpaired(uri)
+    unpaired_s = (time.perf_counter() - t0) / (2 * n + 3 * n)  # per point measured
+    said = paired_comparisons(probe, aa, planted, n, a.pairs, a.bursts, workdir / "pairs")
+    print("\n" + "\n".join(paired_table(unpaired_aa, unpaired_found, unpaired_s, said, n)))
+    alarms = sum(v.verdict.changed for v, _ in said["A/A"])
+    return OK if alarms <= 0.05 * n else LOST
+
+
+def planted_unpaired(uri: str) -> dict[float, int]:
+    """Per planted factor, in how many rounds the unpaired verdict (Welch on process medians) says slower."""
+    parent = tracking.latest_sweep(uri, "nnbench").info.run_id
+    runs = tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'")
+    runs = runs[runs["status"] == "FINISHED"]
+    medians = {(int(r["params.config.model.depth"]), int(r["params.repeat"])):
+               process_medians(tracking.load_samples(uri, r["run_id"])["inference"]) for _, r in runs.iterrows()}
+    rounds = sorted({k[1] for k in medians})
+    found = {}
+    for factor, depth in DEPTHS.items():
+        both = [(medians[(BASE_DEPTH, r)], medians[(depth, r)]) for r in rounds
+                if (BASE_DEPTH, r) in medians and (depth, r) in medians]
+        found[factor] = sum(c.verdict == Verdict.SLOWER for c in judge(both)) if both else 0
+    return found
+
+
+def paired_comparisons(probe, aa: list[str], planted: list[str], n: int, first_pairs: int, bursts: int,
+                       out: Path) -> dict:
+    """`n` paired comparisons each of the A/A point and every planted depth, alternating: (verdict, seconds) each."""
+    same = probe.job(aa)
+    base = probe.job([*planted, f"model.depth={BASE_DEPTH}"])
+    cases = {"A/A": (same, same)} | {f: (base, probe.job([*planted, f"model.depth={d}"])) for f, d in DEPTHS.items()}
+    design = pairs.Design(rounds=bursts, pairs=first_pairs, max_pairs=2 * first_pairs)
+    said: dict = {case: [] for case in cases}
+    for i in range(n):
+        for case, (ja, jb) in cases.items():
+            name = "aa" if case == "A/A" else f"x{case:g}"
+            t0 = time.perf_counter()
+            (c,) = pairs.compare(pairs.Side.of(ja, "A", out / f"cache-{name}-A"),
+                                 pairs.Side.of(jb, "B", out / f"cache-{name}-B"), dataclasses.replace(design, seed=i),
+                                 judge_pairs, out / f"{name}-{i}")
+            v = c.verdict
+            said[case].append((v, time.perf_counter() - t0, c.log_ratios))
+            print(f"  paired {case if case == 'A/A' else f'{case - 1:.0%} slower'} {i + 1}/{n}: B/A {v.ratio:.4f} "
+                  f"[{v.ci_low:.4f}, {v.ci_high:.4f}] {v.verdict}, {v.pairs} pairs, {said[case][-1][1]:.0f} s",
+                  flush=True)
+    return {case: [(v, t) for v, t, _ in got] for case, got in said.items()} | {
+        "aa_log_ratios": [lr for _, _, lr in said["A/A"]]}
+
+
+def paired_mde(log_ratios: list[list[float]]) -> float | None:
+    """The smallest slowdown found (slower) in >= 90% of the A/A comparisons with it planted synthetically: each
+    comparison's pair log ratios shifted by log(factor), judged as its pairs were."""
+    for f in MDE_GRID:
+        shifted = [judge_pairs([[x + math.log(f) for x in lr]])[0] for lr in log_ratios]
+        hits = sum(v.verdict == Verdict.SLOWER for v in shifted)
+        if hits >= DETECT * len(log_ratios):
+            return float(f)
+    return None
+
+
+def paired_table(unpaired_aa: dict, unpaired_found: dict[float, int], unpaired_s: float, said: dict,
+                 n: int) -> list[str]:
+    """The unpaired and the paired verdict side by side, each rate with its binomial interval."""
+    aa = [v for v, _ in said["A/A"]]
+    mde_u, mde_p = unpaired_aa["mde"], paired_mde(said["aa_log_ratios"])
+    walls = [t for case in (k for k in said if k != "aa_log_ratios") for _, t in said[case]]
+    rows = [("A/A: slower or faster", rate(unpaired_aa["n"] - unpaired_aa["no_change"], unpaired_aa["n"]),
+             rate(sum(v.verdict.changed for v in aa), n))]
+    rows += [(f"planted {f - 1:.0%} slower: found", rate(unpaired_found[f], n),
+              rate(sum(v.verdict == Verdict.SLOWER for v, _ in said[f]), n)) for f in DEPTHS]
+    rows.append((f"minimal detectable effect (found >= {DETECT:.0%}, synthetic from the A/A)",
+                 f"{mde_u - 1:.0%}" if mde_u else "none up to 100%",
+                 f"{mde_p - 1:.0%}" if mde_p else "none up to 100%"))
+    rows.append(("wall time per judged point", f"{unpaired_s:.0f} s per point measured (a comparison needs two)",
+                 f"median {np.median(walls):.0f} s, at most {max(walls):.0f} s"))
+    out = ["| check | unpaired (Welch on process medians) | paired (nnbench ab) |", "|---|---|---|"]
+    return out + [f"| {a} | {b} | {c} |" for a, b, c in rows]

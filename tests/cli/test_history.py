@@ -48,6 +48,7 @@ def test_fail_on_regression_is_a_new_slower_step(store, newest, code):
     assert r.returncode == code, r.stdout + r.stderr
     assert ("▲" in r.stdout) == (code == 1)
     assert "2.11.0 → 2.12.0 → 2.13.0 → 2.14.0" in r.stdout
+    assert "verdicts unpaired:" in r.stdout and "nnbench ab AXIS=A,B, or nnbench versions SPECS --paired" in r.stdout
     assert {"report.md", "report.html", "regressions.csv", "series.csv", "trend_lenet_inference.png"} <= {
         p.name for p in (tmp / "rep").iterdir()}
     logged = runs(uri, parents=True)  # the history run: not a sweep, but tidy leaves it out the same way

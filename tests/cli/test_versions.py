@@ -14,6 +14,9 @@ VERSIONS = [f"1.{i}" for i in range(8)]
 # The planted package's own runner in each environment: one point, its op 28 ms (20 + 32/4), 5 processes a version.
 POINT = ["framework=external", "external.name=planted", f"external.command='{planted.COMMAND}'", "ops=[inference]",
          "batch_size=32", "bench=quick", "bench.processes=5"]
+# A tiny torch point, for paired comparisons (an external runner can't be paired): each environment's interpreter
+# imports torch from this one (nnbench-base.pth).
+TORCH = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]", "framework.threads=1"]
 
 
 @pytest.fixture
@@ -63,6 +66,62 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     assert again.returncode == 0 and "measured 0 of 8 versions" in again.stdout  # versions' runs, reused
 
 
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_adjacent_versions_compared_paired(paired_store, tmp_path, monkeypatch, capsys, interrupted):
+    """versions --paired: one paired comparison per adjacent pair of versions, in order, each logged under the
+    versions' parent run and printed as paired; a Ctrl-C in one ends the parent KILLED (130) and compares no more.
+    (The comparisons' own measuring and logging are nnbench ab's, tested in tests/cli/test_ab.py; here they stand
+    in, so that three environments cost nothing to build.)"""
+    import argparse
+    import time
+    from types import SimpleNamespace
+
+    import mlflow
+
+    from experiments.cli import ab, versions
+
+    seen = []
+    monkeypatch.setattr(ab, "checked", lambda key, vs, overrides, labels: ab.Comparison(
+        key, tuple(vs), tuple(labels), overrides, ([], [])))
+
+    def measured(comparison, design, threshold, alpha, out, logged, prog):
+        seen.append(comparison.labels)
+        if interrupted and len(seen) == 2:
+            logged.close("KILLED", [], "interrupted")
+            return None
+        row = {"point": {"model": "mlp_relu", "op": "inference", "batch_size": 2}, "a": comparison.labels[0],
+               "b": comparison.labels[1], "ratio": 1.01, "interval": [0.99, 1.03], "verdict": "inconclusive",
+               "pairs": 2, "skipped": None, "oversubscribed": {}}
+        logged.close("FINISHED", [row])
+        return [row]
+
+    monkeypatch.setattr(ab, "measure", measured)
+    specs = [f"nnbench-planted==1.{i}" for i in range(3)]
+    built = [SimpleNamespace(python=sys.executable, spec=spec) for spec in specs]
+    a = argparse.Namespace(specs=["nnbench-planted==1.0,1.1,1.2"], overrides=TORCH, experiment="nnbench",
+                           threshold=0.03, alpha=0.05)
+    t0 = time.time()
+    code = versions.compare_paired(a, paired_store, built, pairs_design())
+    assert code == (130 if interrupted else 0)
+    assert seen == list(zip(specs, specs[1:]))
+    out = capsys.readouterr().out
+    assert out.count("paired, B/A: ") == (1 if interrupted else 2)
+    assert "paired, B/A: nnbench-planted==1.1 over nnbench-planted==1.0 (above 1: slower)" in out, out
+    mlflow.set_tracking_uri(paired_store)
+    df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"attributes.start_time >= {int(t0 * 1e3)}")
+    (parent,) = df[df["tags.nnbench.versions"] == "true"].itertuples()
+    assert parent.status == ("KILLED" if interrupted else "FINISHED")
+    compared = df[df["tags.nnbench.ab"] == "true"]
+    assert set(compared["tags.mlflow.parentRunId"]) == {parent.run_id} and len(compared) == 2
+    assert list(compared.sort_values("start_time")["status"]) == ["FINISHED", "KILLED" if interrupted else "FINISHED"]
+
+
+def pairs_design():
+    from experiments.harness import pairs
+
+    return pairs.Design(pairs=2, max_pairs=2, rounds=3)
+
+
 def points(uri):
     """The point runs (not the sweeps', versions' or history's own runs)."""
     df = runs(uri)
@@ -84,6 +143,13 @@ def runs_named(uri, prefix):
     (["versions", "nnbench-planted==1.0", "--", "runtime.python=/x"], "runtime.python is set by nnbench versions"),
     (["versions", "nnbench-planted==1.0", "--", *POINT, "batchsize=3"], "unknown key 'batchsize'"),
     (["versions", "nnbench-planted==9.9", "--", *POINT], "cannot install nnbench-planted==9.9: "),
+    (["versions", "nnbench-planted==1.0,1.1", "--pairs", "3", "--", *TORCH],
+     "--pairs set the paired comparison: add --paired"),
+    (["versions", "nnbench-planted==1.0", "--paired", "--", *TORCH], "--paired compares adjacent versions: give two"),
+    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--bursts", "0", "--", *TORCH], "--bursts 0: at least 1"),
+    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--repeats", "2", "--", *TORCH],
+     "--repeats replicates the unpaired sweep: with --paired, set --pairs N"),
+    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--", *POINT], "framework=external can't be paired"),
     (["bisect", "nnbench-planted", "1.1..1.1", *POINT], "nnbench-planted has 1 released version(s) in 1.1..1.1"),
     (["bisect", "nnbench-planted", "1.0.1.7", *POINT], "range '1.0.1.7' is not A..B"),
     (["bisect", "nnbench-nosuch", "1.0..1.7", *POINT], "cannot list the versions of nnbench-nosuch: "),

@@ -46,3 +46,29 @@ def test_a_a_says_no_change_and_planted_slowdowns_are_found():
 def test_rates_come_with_their_binomial_interval():
     assert calibrate.rate(95, 100) == "95 of 100 = 95.0% [88.7%, 98.4%]"
     assert calibrate.rate(0, 0) == "no comparisons"
+
+
+def test_the_paired_minimal_detectable_effect_is_the_smallest_shift_found_in_90_percent():
+    """A/A comparisons whose pairs' log ratios spread 2%: a planted shift of 1% is lost in it, one of 10% is found in
+    every comparison, and the MDE lies between; no spread at all makes the smallest step of the grid the MDE."""
+    rng = np.random.default_rng(3)
+    aa = [list(rng.normal(0, 0.02, 6)) for _ in range(20)]
+    mde = calibrate.paired_mde(aa)
+    assert mde is not None and 1.03 < mde <= 1.1  # beyond the 3% threshold, and well found by 10%
+    assert calibrate.paired_mde([[0.0] * 6] * 4) == 1.04  # the first step past the threshold
+
+
+def test_the_paired_table_puts_both_verdicts_side_by_side():
+    from experiments.report.verdict import PairedComparison, Verdict
+
+    def said(verdict, ratio):
+        return PairedComparison(ratio, ratio * 0.99, ratio * 1.01, 0.01, 0.01, verdict, 6), 80.0
+
+    paired = {"A/A": [said(Verdict.SAME, 1.0), said(Verdict.FASTER, 0.95)],
+              1.05: [said(Verdict.SLOWER, 1.05)] * 2, 1.10: [said(Verdict.SLOWER, 1.1)] * 2,
+              "aa_log_ratios": [[0.0] * 6] * 2}
+    unpaired = {"n": 2, "no_change": 2, "interval_holds_1": 2, "detected": {}, "mde": 1.61}
+    text = "\n".join(calibrate.paired_table(unpaired, {1.05: 0, 1.10: 1}, 12.0, paired, 2))
+    assert "| A/A: slower or faster | 0 of 2 = 0.0% [0.0%, 84.2%] | 1 of 2 = 50.0% [1.3%, 98.7%] |" in text
+    assert "| planted 5% slower: found | 0 of 2 = 0.0% [0.0%, 84.2%] | 2 of 2 = 100.0% [15.8%, 100.0%] |" in text
+    assert "| 61% | 4% |" in text and "median 80 s" in text
