@@ -159,7 +159,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired", action="store_true",
                    help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A point and "
                         "a 5%% and 10%% slowdown planted in the timed step")
-    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS, help="with --paired: fresh pairs per comparison at first "
+    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS,
+                   help="with --paired: fresh pairs per comparison at first "
                                                             "(up to twice as many; default %(default)s)")
     p.add_argument("--bursts", type=positive("--bursts", "75", int), default=pairs.ROUNDS,
                    help="with --paired: bursts per side per pair (default %(default)s)")
