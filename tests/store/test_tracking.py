@@ -108,7 +108,8 @@ def test_a_sweeps_headline_leads_its_name_and_its_speedups_become_columns(store,
     assert view_columns(uri).count(f"metrics.`{speedup}`") == 1 and "metrics.`points_finished`" in view_columns(uri)
     tracking.open_store(uri, "nnbench")  # a later sweep or `nnbench ui` keeps the columns earlier sweeps added
     assert f"metrics.`{speedup}`" in view_columns(uri)
-    long = tracking.titled("sweep 2026-12-02 01:53:19 · " + "model=lenet " * 40, "jax-jit fp32: inference 2× faster", None)
+    long = tracking.titled("sweep 2026-12-02 01:53:19 · " + "model=lenet " * 40, "jax-jit fp32: inference 2× faster",
+                           None)
     assert len(long) == tracking.RUN_NAME_CHARS and long.startswith("sweep 2026-12-02 01:53:19 · jax-jit fp32: inf")
 
 
