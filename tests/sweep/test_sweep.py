@@ -280,6 +280,16 @@ def test_mlflow_ui_shows_the_answer(readme_sweep, tmp_path):
                 assert box and 0 <= box["y"] and box["y"] + box["height"] <= 1000, (headline, box)
             assert page.evaluate("window.scrollY") == 0
             shot(page, "mlflow-ui-parent.png")
+            # opened 1024 px wide, the page stacks "About this run" (child links, tags) above the description, which
+            # starts about 1100 px down: the title still leads with the headline
+            page.set_viewport_size({"width": 1024, "height": 768})
+            page.reload()
+            title.first.wait_for(timeout=60_000)
+            page.get_by_text("About this run").first.wait_for(timeout=30_000)
+            box = title.first.bounding_box()
+            assert box and box["y"] + box["height"] <= 768, box
+            shot(page, "mlflow-ui-parent-1024.png")
+            page.set_viewport_size({"width": 1600, "height": 1000})
             page.get_by_role("button", name="Expand description").click()
             shot(page, "mlflow-ui-parent-expanded.png", full_page=True)
             page.goto(table_link)
