@@ -329,9 +329,10 @@ def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
 
 
 def titled(name: str, headline: str, had: str | None) -> str:
-    """A sweep's run name with its headline after the date, where the run page's title and the runs table's first
-    characters show it: `sweep <date> <time> · <headline> · <overrides>` (the headline an earlier close wrote
-    replaced), at most MLflow's 250 characters (runs.name on PostgreSQL), the overrides cut first."""
+    """A sweep's run name with its headline after the date, where the run page's title shows it on the first screen
+    even where MLflow stacks "About this run" above the description (1024 px wide; at 1280 px, side by side):
+    `sweep <date> <time> · <headline> · <overrides>` (the headline an earlier close wrote replaced), at most
+    MLflow's 250 characters (runs.name on PostgreSQL), the overrides cut first."""
     if had:
         name = name.replace(f" · {had}", "", 1)
     when, _, overrides = name.partition(" · ")
