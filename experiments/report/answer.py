@@ -68,9 +68,16 @@ def shown_geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[tu
             for (variant, op), g in s.groupby(["variant", "op"], sort=True)]
 
 
+def metric_name(variant: str, op: str, baseline: str) -> str:
+    """`speedup_<op>_<variant>_vs_<baseline>`: op first, so that the runs table's columns (sorted by name) group by
+    op, and the baseline named, since `report.baseline` may change between sweeps."""
+    return f"speedup_{op}_{variant}_vs_{baseline}".replace(" ", "_")
+
+
 def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> dict[str, float]:
-    """The geometric means as the parent's metrics `speedup_geomean_<mode>_<precision>_<op>` (above 1: faster)."""
-    return {f"speedup_geomean_{variant.replace(' ', '_')}_{op}": v for variant, op, v in geomeans(t, baseline)}
+    """The geometric means as the parent's metrics (above 1: faster), to 4 significant digits: the runs table's
+    100 px columns show `0.5435`, not `0.54352867...`, and a point's 95% interval is wider than 0.1% anyway."""
+    return {metric_name(variant, op, baseline): float(f"{v:.4g}") for variant, op, v in geomeans(t, baseline)}
 
 
 def environment(runs: pd.DataFrame) -> dict[str, str]:
@@ -95,8 +102,9 @@ def environment_line(env: dict[str, str]) -> str:
 
 
 def headline(t: pd.DataFrame, baseline: str) -> str:
-    """One short line (the UI shows one line of the description, then the table's top, until "Show more"):
-    `jax-jit fp32 vs torch-eager fp32: inference 1.12× slower, training 1.35× faster (geometric means)`."""
+    """The answer in one plain line, numbers first: `jax-jit fp32: inference 1.12× slower, training 1.35× faster (vs
+    torch-eager fp32, geometric means)`. The runs table's Description column shows a description's first 50
+    characters, raw (so no Markdown here); the run page shows it above the summary table."""
     means = shown_geomeans(t, baseline)
     if not means:
         return f"no variant to set against the baseline {baseline}"
@@ -104,15 +112,15 @@ def headline(t: pd.DataFrame, baseline: str) -> str:
     for variant, op, v, shown in means:
         word = ratio(v).removesuffix(" than").removesuffix(" as") + ("" if shown else f" {UNSHOWN}")
         by_variant.setdefault(variant, []).append(f"{op} {word}")
-    return "; ".join(f"{variant} vs {baseline}: {', '.join(ops)}" for variant, ops in by_variant.items()) + \
-        " (geometric means)"
+    return "; ".join(f"{variant}: {', '.join(ops)}" for variant, ops in by_variant.items()) + \
+        f" (vs {baseline}, geometric means)"
 
 
 def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifacts: list[str]) -> str:
     """The parent run's description (Markdown): the headline, the table right under it (so its top shows before
     "Show more"), the sentences, the flags' meaning, the machine, the artifacts."""
     s = summary(t, baseline)
-    out = [f"**{headline(t, baseline)}**", "", markdown(s), ""]
+    out = [headline(t, baseline), "", markdown(s), ""]
     out += [f"- {line}" for line in sentences(t, baseline)] + [""]
     if not s["speedup_shown"].fillna(True).all():
         out.append(f"{UNSHOWN_LEGEND}.")

@@ -55,14 +55,17 @@ SWEEP = "nnbench.sweep"  # tags a sweep's parent run
 # User, Source and Version columns and the run page's "Created by" and "Source".
 CONTEXT = ("mlflow.user", "mlflow.source.")
 RUN_NOTE_CHARS = 8000  # MLflow cuts a longer run description silently
+RUN_NAME_CHARS = 250  # runs.name is VARCHAR(250): PostgreSQL refuses a longer one
+HEADLINE = "nnbench.headline"  # tags a sweep's parent run with the headline its name carries
 VIEW = "nnbench"  # the runs table's columns, read from the experiment tag mlflow.sharedViewState.<VIEW>
 ML_VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view; without it links open GenAI pages
 EXPERIMENT_NOTE = """**nnbench**: JAX/Flax vs PyTorch, eager vs compiled, for inference and a training step.
 
-Each sweep is one parent run (`sweep <date> <time> · <overrides>`); its **description** answers the comparison:
-which variant is faster for each point, by how much and how sure, with the machine and the versions. Its metrics
-`speedup_geomean_<variant>_<op>` are geometric-mean speedups against the baseline (`torch-eager fp32` unless
-`report.baseline` says otherwise; above 1 is faster), and its artifacts hold the report and the plots.
+Each sweep is one parent run (`sweep <date> <time> · <headline> · <overrides>`); its **description** answers the
+comparison: which variant is faster for each point, by how much and how sure, with the machine and the versions.
+Its metrics `speedup_<op>_<variant>_vs_<baseline>` are geometric-mean speedups against the baseline
+(`torch-eager fp32` unless `report.baseline` says otherwise; above 1 is faster), and its artifacts hold the report
+and the plots.
 
 Each point (model, variant, precision, batch size) is one child run, e.g. `lenet · jax-jit · fp32 · bs32`. Its
 metrics per op (`inference_`, `training_`, `grad_`): `median_s` (the median over processes of each fresh
@@ -147,17 +150,32 @@ def prepare_store(uri: str, experiment_name: str) -> str:
     raise AssertionError("unreachable")
 
 
-def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> None:
-    """The experiment's description (what nnbench logs and how to read it) and the runs table's columns: User,
-    Source, Version and the headline numbers (link with `?viewStateShareKey=nnbench`); set where missing."""
-    view = {"selectedColumns": ["attributes.`User`", "attributes.`Source`", "attributes.`Version`",
-                                "params.`mode`", "params.`batch_size`", "metrics.`inference_median_s`",
-                                "metrics.`training_median_s`", "metrics.`inference_mfu`"],
-            "orderByKey": "attributes.start_time", "orderByAsc": False}
-    wanted = {NOTE: EXPERIMENT_NOTE, f"mlflow.sharedViewState.{VIEW}": json.dumps(view)}
-    for key, value in wanted.items():
-        if tags.get(key) != value:
-            client.set_experiment_tag(experiment_id, key, value)
+# The runs table's columns, chosen so that a collapsed sweep row answers on a 1600 px screen: its headline in the
+# Description column (the first 50 characters of a run's description; a point's row shows its medians there), the
+# point counts and the geometric means. MLflow orders the columns itself (pinned name and date, Duration, then
+# attributes, metrics by name, params), and the columns of 100 px past those fill the screen: User, Source and the
+# points' metrics are one click away in "Columns".
+COLUMNS = ["attributes.`Description`", "metrics.`points_finished`", "metrics.`points_skipped`",
+           "metrics.`points_failed`", "params.`mode`", "params.`batch_size`"]
+ANSWER_COLUMNS = "metrics.`speedup_"  # a sweep's geometric means (report.answer.metric_name), added as sweeps log them
+
+
+def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str, str],
+                        shown: tuple[str, ...] = ()) -> None:
+    """The experiment's description (what nnbench logs and how to read it) and the runs table's columns (link with
+    `?viewStateShareKey=nnbench`): COLUMNS, the answer columns earlier sweeps added and the metrics `shown`; set
+    where they differ."""
+    key = f"mlflow.sharedViewState.{VIEW}"
+    try:
+        had = [c for c in json.loads(tags.get(key, "{}")).get("selectedColumns", []) if c.startswith(ANSWER_COLUMNS)]
+    except (ValueError, AttributeError):  # not nnbench's JSON: written anew
+        had = []
+    answer = sorted(set(had) | {f"metrics.`{m}`" for m in shown})
+    view = {"selectedColumns": COLUMNS + answer, "orderByKey": "attributes.start_time", "orderByAsc": False}
+    wanted = {NOTE: EXPERIMENT_NOTE, key: json.dumps(view)}
+    for k, value in wanted.items():
+        if tags.get(k) != value:
+            client.set_experiment_tag(experiment_id, k, value)
 
 
 def context_tags() -> dict[str, str]:
@@ -309,19 +327,41 @@ def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
     MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
 
+def titled(name: str, headline: str, had: str | None) -> str:
+    """A sweep's run name with its headline after the date, where the run page's title shows it on the first screen
+    even where MLflow stacks "About this run" above the description (1024 px wide; at 1280 px, side by side):
+    `sweep <date> <time> · <headline> · <overrides>` (the headline an earlier close wrote replaced), at most
+    MLflow's 250 characters (runs.name on PostgreSQL), the overrides cut first."""
+    if had:
+        name = name.replace(f" · {had}", "", 1)
+    when, _, overrides = name.partition(" · ")
+    out = " · ".join(filter(None, [when, headline, overrides]))
+    return out if len(out) <= RUN_NAME_CHARS else out[:RUN_NAME_CHARS - 1] + "…"
+
+
 def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",
-                  metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+                  metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+                  headline: str | None = None) -> None:
     """A parent's answer: the description (`note`, Markdown), metrics, tags and the report's artifacts; then its
-    status."""
+    status. A `headline` goes into the run's name (its HEADLINE tag says which), and the metrics whose names
+    start like ANSWER_COLUMNS become columns of the runs table."""
     client = MlflowClient(uri)
     if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
         note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
     now = int(time.time() * 1000)
+    tags = (tags or {}) | ({NOTE: note} if note else {}) | ({HEADLINE: headline} if headline else {})
     try:
+        run = client.get_run(run_id)
         client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
-                         tags=[RunTag(k, v) for k, v in ((tags or {}) | ({NOTE: note} if note else {})).items()])
+                         tags=[RunTag(k, v) for k, v in tags.items()])
+        if headline:
+            client.update_run(run_id, name=titled(run.info.run_name, headline, run.data.tags.get(HEADLINE)))
+        shown = tuple(m for m in metrics or {} if f"metrics.`{m}".startswith(ANSWER_COLUMNS))
+        if shown:
+            exp = client.get_experiment(run.info.experiment_id)
+            describe_experiment(client, exp.experiment_id, exp.tags, shown)
         log_artifacts(client, uri, run_id, str(artifacts))
-        if INCOMPLETE in client.get_run(run_id).data.tags:  # an earlier close failed part way
+        if INCOMPLETE in run.data.tags:  # an earlier close failed part way
             client.delete_tag(run_id, INCOMPLETE)
     except Exception as e:  # never left RUNNING: upload closes it again
         set_status(uri, run_id, "FAILED", f"{first_line(e)}; nnbench upload completes this sweep", quiet=True)

@@ -80,8 +80,8 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
 
 def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE, show: bool = False,
                  wall_s: float | None = None) -> int:
-    """The sweep's answer on its parent run (description, metrics, tags), its report as artifacts, then its status;
-    returns the number of point runs. `wall_s`: the sweep's wall time, when it ends now."""
+    """The sweep's answer on its parent run (description, metrics, tags, the headline in its name), its report as
+    artifacts, then its status; returns the number of point runs. `wall_s`: the sweep's wall time, when it ends now."""
     from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
 
@@ -95,15 +95,17 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
         metrics |= state.machine.metrics()
         tags["machine_noisy"] = str(state.machine.noisy).lower()
     note = f"**{o.line()}**: no point was measured" if t.empty else ""
+    headline = None
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
             written = pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
             metrics |= answer.metrics(t, baseline)
             note = answer.note(t, runs, baseline, o.line(), sorted(written))
+            headline = answer.headline(t, baseline)
             if show:
                 print(tables.markdown(tables.summary(t, baseline)))
         tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
-                               answer.environment(runs) | tags)
+                               answer.environment(runs) | tags, headline)
     return len(runs)
 
 

@@ -1,5 +1,8 @@
 """The one module that talks to MLflow, on a real sqlite store: a point's run named by its marker before it is
-filled, completed (never logged twice) after a failure, resume's lookup, a parent's description and the UI's links."""
+filled, completed (never logged twice) after a failure, resume's lookup, a parent's description, headline and
+the runs table's columns, and the UI's links."""
+import json
+
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
@@ -83,6 +86,31 @@ def test_a_parent_description_is_cut_at_a_whole_line(store, tmp_path):
     note = run.data.tags[NOTE]
     assert len(note) <= tracking.RUN_NOTE_CHARS and note.endswith("_(cut here: the whole table is in report.md)_")
     assert run.data.tags[tracking.SWEEP] == "true" and tracking.latest_sweep(uri, "nnbench").info.run_id == parent
+
+
+def view_columns(uri: str) -> list[str]:
+    tags = MlflowClient(uri).get_experiment_by_name("nnbench").tags
+    return json.loads(tags[f"mlflow.sharedViewState.{tracking.VIEW}"])["selectedColumns"]
+
+
+def test_a_sweeps_headline_leads_its_name_and_its_speedups_become_columns(store, tmp_path):
+    uri, exp = store
+    parent = tracking.start_parent(uri, exp, "sweep 2026-12-02 01:53:19 · framework=jax,torch model=lenet", {})
+    (tmp_path / "report").mkdir()
+    speedup = "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32"
+    for head in ("jax-jit fp32: inference 1.20× slower", "jax-jit fp32: inference 1.84× slower"):  # closed twice
+        tracking.finish_parent(uri, parent, tmp_path / "report", metrics={speedup: 0.5435, "points_finished": 8},
+                               headline=head)
+    run = MlflowClient(uri).get_run(parent)
+    assert run.info.run_name == ("sweep 2026-12-02 01:53:19 · jax-jit fp32: inference 1.84× slower · "
+                                 "framework=jax,torch model=lenet")
+    assert view_columns(uri)[:2] == ["attributes.`Description`", "metrics.`points_finished`"]
+    assert view_columns(uri).count(f"metrics.`{speedup}`") == 1 and "metrics.`points_finished`" in view_columns(uri)
+    tracking.open_store(uri, "nnbench")  # a later sweep or `nnbench ui` keeps the columns earlier sweeps added
+    assert f"metrics.`{speedup}`" in view_columns(uri)
+    long = tracking.titled("sweep 2026-12-02 01:53:19 · " + "model=lenet " * 40, "jax-jit fp32: inference 2× faster",
+                           None)
+    assert len(long) == tracking.RUN_NAME_CHARS and long.startswith("sweep 2026-12-02 01:53:19 · jax-jit fp32: inf")
 
 
 def test_links_open_the_model_training_view():

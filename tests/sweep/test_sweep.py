@@ -1,5 +1,7 @@
 """The README command end to end, in subprocesses, into real MLflow stores (sqlite, and a local server)."""
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,15 +74,27 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     assert (children["tags.mlflow.parentRunId"] == parent.run_id).all()
     p = MlflowClient(uri).get_run(parent.run_id)
     assert p.info.status == "FINISHED" and "framework=jax,torch model=lenet bench=quick" in p.info.run_name
+    headline = p.data.tags["nnbench.headline"]
+    assert p.info.run_name.startswith("sweep ") and f" · {headline} · framework=jax,torch" in p.info.run_name
     assert p.data.params["job_count"] == "2" and p.data.params["point_count"] == "8"
     # the parent carries the answer: description, metrics, the environment's tags, the UI's columns
     note = p.data.tags["mlflow.note.content"]
-    assert note.startswith("**jax-jit fp32 vs torch-eager fp32: inference ") and "(geometric means)**" in note
+    verdict = r"(\d+\.\d\d× (faster|slower)|as fast)"
+    assert re.fullmatch(f"jax-jit fp32: inference {verdict}, training {verdict} \\(vs torch-eager fp32, geometric "
+                        "means\\)", headline), headline
+    assert note.startswith(f"{headline}\n\n| model ")  # a plain line: the runs table shows it raw
     assert "- lenet training: jax-jit fp32 is " in note and "| lenet   | inference |       2 | jax-jit fp32" in note
     assert "Environment: cpu (" in note and "`report.html`" in note
     m = p.data.metrics
     assert m["points_finished"] == 8 and m["points_failed"] == 0 and m["sweep_wall_s"] > 0
-    assert {"speedup_geomean_jax-jit_fp32_inference", "speedup_geomean_jax-jit_fp32_training"} <= set(m)
+    assert {SPEEDUP.format(op="inference"), SPEEDUP.format(op="training")} <= set(m)
+    for op in ("inference", "training"):  # the headline's numbers are the metrics'
+        speedup, said = m[SPEEDUP.format(op=op)], re.search(f"{op} ([\\d.]+)× (faster|slower)", headline)
+        if said is None:
+            assert round(speedup, 2) == 1 and f"{op} as fast" in headline, headline
+        else:
+            want = speedup if said[2] == "faster" else 1 / speedup
+            assert float(said[1]) == pytest.approx(want, rel=1e-3, abs=6e-3), headline
     for tag in ("env_fingerprint", "jax_version", "torch_version", "device_name", "nnbench_git_commit",
                 "mlflow.user", "mlflow.source.git.commit"):
         assert p.data.tags[tag], tag
@@ -187,6 +201,7 @@ def test_tracking_server_via_environment(tmp_path):
 
 
 CHROMIUM = "/usr/bin/chromium"
+SPEEDUP = "speedup_{op}_jax-jit_fp32_vs_torch-eager_fp32"  # the README sweep's geometric means on its parent run
 
 
 @pytest.mark.slow
@@ -207,26 +222,33 @@ def text_after(page, label: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_mlflow_ui_shows_the_answer(readme_sweep):
+def test_mlflow_ui_shows_the_answer(readme_sweep, tmp_path):
     """`nnbench ui` on the README sweep's store, in headless Chromium at 1600×1000: the parent page shows the
-    rendered summary table, who made it and from where, and the speedup metrics; the runs table shows the User and
-    Source columns filled, and the parent's plot renders."""
+    headline on its first screen (title and description), the rendered summary table, who made it and from where,
+    and the speedup metrics; the runs table's collapsed parent row shows the headline, the point counts and the
+    speedups on the first screen; the parent's plot renders. Screenshots in tmp_path and test-artifacts/."""
     playwright = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     cwd, uri, _ = readme_sweep
     (parent,) = runs(uri, parents=True).itertuples()
     user = runs(uri, parents=True)["tags.mlflow.user"].iloc[0]
+    answer = MlflowClient(uri).get_run(parent.run_id).data
+    headline = answer.tags["nnbench.headline"]
     port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "experiments", "ui", "--port", str(port)], cwd=cwd, env=user_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    shots = ROOT / "test-artifacts"
-    shots.mkdir(exist_ok=True)
+    kept = ROOT / "test-artifacts"
+    kept.mkdir(exist_ok=True)
+
+    def shot(page, name: str, **kw) -> None:
+        page.screenshot(path=str(tmp_path / name), **kw)
+        shutil.copy2(tmp_path / name, kept / name)
+
     try:
         printed = [ui.stdout.readline() for _ in range(3)]  # starting ..., runs table, latest sweep
         assert printed[0].startswith("starting the MLflow UI"), printed
-        table_link = printed[1].split(": ", 1)[1].strip()
-        parent_link = printed[2].split(": ", 1)[1].strip()
+        table_link, parent_link = (line.rsplit(" ", 1)[1].strip() for line in printed[1:])  # "...: <link>"
         assert parent_link == f"http://127.0.0.1:{port}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}" \
                               "?workflowType=machine_learning"
         with playwright.sync_playwright() as p:
@@ -249,27 +271,54 @@ def test_mlflow_ui_shows_the_answer(readme_sweep):
                 return r.top >= c.top && r.bottom <= c.bottom && r.bottom < window.innerHeight; }""")
             assert text_after(page, "Created by") == user
             assert "run.py" in text_after(page, "Source")
-            page.get_by_text("speedup_geomean_jax-jit_fp32_inference").first.wait_for(timeout=30_000)
-            page.screenshot(path=str(shots / "mlflow-ui-parent.png"))
+            page.get_by_text(SPEEDUP.format(op="inference")).first.wait_for(timeout=30_000)
+            # the headline on the first screen, unscrolled: in the title (the run's name) and as the description's
+            # first line
+            title, line = page.locator("h2").filter(has_text=headline), page.get_by_text(headline, exact=True)
+            for where in (title, line):
+                box = where.first.bounding_box()
+                assert box and 0 <= box["y"] and box["y"] + box["height"] <= 1000, (headline, box)
+            assert page.evaluate("window.scrollY") == 0
+            shot(page, "mlflow-ui-parent.png")
+            # opened 1024 px wide, the page stacks "About this run" (child links, tags) above the description, which
+            # starts about 1100 px down: the title still leads with the headline
+            page.set_viewport_size({"width": 1024, "height": 768})
+            page.reload()
+            title.first.wait_for(timeout=60_000)
+            page.get_by_text("About this run").first.wait_for(timeout=30_000)
+            box = title.first.bounding_box()
+            assert box and box["y"] + box["height"] <= 768, box
+            shot(page, "mlflow-ui-parent-1024.png")
+            page.set_viewport_size({"width": 1600, "height": 1000})
             page.get_by_role("button", name="Expand description").click()
-            page.screenshot(path=str(shots / "mlflow-ui-parent-expanded.png"), full_page=True)
+            shot(page, "mlflow-ui-parent-expanded.png", full_page=True)
             page.goto(table_link)
             row = page.locator(f'[row-id="{parent.run_id}"]').first
             row.wait_for(timeout=60_000)
-            cell = page.locator(f'[row-id="{parent.run_id}"] [col-id="attributes.`User`"]').first.inner_text()
-            source = page.locator(f'[row-id="{parent.run_id}"] [col-id="attributes.`Source`"]').first.inner_text()
-            assert cell.strip() == user and "run.py" in source
+            # the collapsed parent row answers on the first screen: the headline's first 50 characters (all MLflow
+            # shows of a description), the point counts and the geometric means, each cell inside the window
+            cells = {c: page.locator(f'[row-id="{parent.run_id}"] [col-id="{c}"]').first for c in (
+                "attributes.`Description`", "metrics.`points_finished`", "metrics.`points_skipped`",
+                "metrics.`points_failed`", *(f"metrics.`{SPEEDUP.format(op=op)}`" for op in ("inference", "training")))}
+            for c, cell in cells.items():
+                assert cell.evaluate("el => { const r = el.getBoundingClientRect(); return r.left >= 0 && "
+                                     "r.right <= window.innerWidth && r.bottom <= window.innerHeight; }"), c
+            assert cells["attributes.`Description`"].inner_text().startswith(headline[:50])
+            for c, cell in list(cells.items())[1:]:
+                want = answer.metrics[c.removeprefix("metrics.`").removesuffix("`")]
+                assert float(cell.inner_text()) == pytest.approx(want, rel=1e-3), c
+            shot(page, "mlflow-ui-runs.png")
             row.locator("button").first.click()  # expand the children
             for name in ("lenet · jax-jit · fp32 · bs32", "lenet · torch-eager · fp32 · bs128"):
                 page.get_by_role("link", name=name).wait_for(timeout=30_000)
-            page.screenshot(path=str(shots / "mlflow-ui-runs.png"))
+            shot(page, "mlflow-ui-runs-expanded.png")
             page.goto(f"{parent_link.split('?')[0]}/artifacts/time_lenet_inference.png?workflowType=machine_learning")
             img = page.locator("img[src^='blob:']").first
             img.wait_for(timeout=60_000)
             page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=img.element_handle(),
                                    timeout=30_000)
             assert img.evaluate("el => el.naturalWidth") == 800  # the figure as plots.plot_lines saves it
-            page.screenshot(path=str(shots / "mlflow-ui-parent-plot.png"))
+            shot(page, "mlflow-ui-parent-plot.png")
             browser.close()
     finally:
         os.killpg(ui.pid, signal.SIGINT)
