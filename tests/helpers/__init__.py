@@ -76,8 +76,9 @@ def user_env(**extra: str) -> dict[str, str]:
 
 def run(args: list[str], cwd: Path, module: str = "experiments.run", **extra_env: str) -> subprocess.CompletedProcess:
     """`python -m experiments.run ARGS` (or another module) as a user runs it in `cwd` (./mlruns: the default store);
-    a sweep skips its parity process (seconds of importing both frameworks) unless `parity=` is given."""
-    if module == "experiments.run" and not any(a.startswith("parity=") for a in args):
+    a sweep skips its parity process (seconds of importing both frameworks) unless `parity=` is given (not added
+    beside Hydra's own flags, --cfg, --resolve, --config-name, which take no override after them)."""
+    if module == "experiments.run" and not any(a.startswith(("parity=", "--")) for a in args):
         args = [*args, "parity=false"]
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=user_env(**extra_env),
                           capture_output=True, text=True, timeout=600)
