@@ -92,4 +92,4 @@ def test_export_of_an_empty_selection_is_one_error_line(seed_store):
     r = python("-m", "experiments", "export", "--format", "timing", "model=nosuchmodel", cwd=seed_store)
     assert r.returncode == 2 and r.stdout == b""
     (line,) = r.stderr.decode().splitlines()
-    assert line.startswith("nnbench export: error: no measured runs match params.model = 'nosuchmodel'")
+    assert line.startswith("nnbench export: error: model=nosuchmodel matches no run in experiment 'nnbench'")

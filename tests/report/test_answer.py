@@ -72,7 +72,7 @@ def test_a_speedup_between_frameworks_not_shown_to_compute_the_same_function_is_
     runs["tags.parity"] = ["ok" if r.startswith("torch") else "unchecked" for r in runs["run_id"]]
     t = tables.tidy(runs)
     note = answer.note(t, runs, "torch-eager fp32", "6 finished", [])
-    assert note.splitlines()[0] == "**jax-jit fp32 vs torch-eager fp32: inference 1.10× faster † (geometric means)**"
+    assert note.splitlines()[0] == "jax-jit fp32: inference 1.10× faster † (vs torch-eager fp32, geometric means)"
     assert answer.sentences(t, "torch-eager fp32")[0].endswith("(1 of 3 within the noise) †")
     assert "| 2.00× †" in note and tables.UNSHOWN_LEGEND in note
     runs["tags.parity"] = "ok"

@@ -31,7 +31,7 @@ def test_a_writable_sqlite_store_passes_and_nothing_is_created(tmp_path):
     ("sqlite:///{tmp}", "is a directory: give a database file in it"),
     ("sqlite:///{tmp}/junk.db", "file is not a database"),
     ("./mlruns", "unsupported store './mlruns'"),
-    ("ftp://host/store", r"use sqlite:///PATH\.db, http\(s\)://HOST:PORT or a database URI"),
+    ("ftp://host/store", r"use mlflow.tracking_uri=sqlite:///PATH\.db, http\(s\)://HOST:PORT or a database URI"),
 ])
 def test_a_store_that_cannot_be_written_is_one_line(tmp_path, uri, message):
     (tmp_path / "junk.db").write_text("not a database at all, just text " * 10)

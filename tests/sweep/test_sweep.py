@@ -19,9 +19,10 @@ from tests.helpers import ROOT, free_port, nnbench, run, runs, serve, user_env
 
 @pytest.fixture(scope="module")
 def readme_sweep(tmp_path_factory):
-    """The README sweep with bench=quick, run once in a fresh directory: (cwd, store uri, completed process)."""
+    """The README sweep with bench=quick, run once in a fresh directory, its parity check on as a user's is:
+    (cwd, store uri, completed process)."""
     cwd = tmp_path_factory.mktemp("readme")
-    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick"], cwd=cwd)
+    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick", "parity=true"], cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     return cwd, f"sqlite:///{cwd}/mlruns/mlflow.db", r
 
@@ -31,6 +32,7 @@ def test_readme_sweep_quick(readme_sweep):
     cwd, uri, _ = readme_sweep
     df = runs(uri)
     assert len(df) == 8 and set(df["status"]) == {"FINISHED"}
+    assert set(df["tags.parity"]) == {"ok"} and set(df["tags.flops_source"]) == {"dsl"}
     for fw in ("jax", "torch"):
         sub = df[df["params.framework"] == fw]
         assert sorted(sub["params.batch_size"].astype(int)) == [2, 8, 32, 128]
@@ -138,7 +140,7 @@ def test_compare_report_matches_the_store(readme_sweep, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
-    (["model=nosuchmodel"], "no measured runs match params.model = 'nosuchmodel'"),
+    (["model=nosuchmodel"], "model=nosuchmodel matches no run in experiment 'nnbench'"),
     (["--filter", "params.model ==== 'x'"], "nnbench compare: error:"),
     (["model=lenet", "--experiment", "nope"], "no experiment 'nope'"),
 ])
