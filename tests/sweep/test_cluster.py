@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -162,9 +163,15 @@ def everything_logged(uri: str, tmp: Path, creds: dict[str, str]) -> bytes:
         return b"\n".join(out)
 
 
-def statuses(uri: str, creds: dict[str, str]) -> dict[str, int]:
+def statuses(uri: str, creds: dict[str, str], parents: set[str]) -> dict[str, int]:
+    """The statuses of these sweeps' runs, parents and points (the module's other tests write to servers too)."""
     with as_user(creds | {"MLFLOW_TRACKING_URI": uri}) as (client, exp):
-        return dict(Counter(r.info.status for r in client.search_runs([exp.experiment_id], max_results=1000)))
+        return dict(Counter(r.info.status for r in client.search_runs([exp.experiment_id], max_results=1000)
+                            if r.info.run_id in parents or r.data.tags.get("mlflow.parentRunId") in parents))
+
+
+def parent_of(r: subprocess.CompletedProcess) -> str:
+    return r.stdout.split("runs under parent ")[1].split()[0]
 
 
 def test_a_sweep_into_an_authenticated_server_keeps_the_password_out(auth_server, tmp_path, fake_python):
@@ -192,11 +199,13 @@ def test_a_sweep_into_an_authenticated_server_keeps_the_password_out(auth_server
 
     logged = everything_logged(uri, tmp_path / "artifacts", creds)
     assert b"mlp_relu" in logged and b"samples_s" in logged  # what was searched is there
-    assert statuses(uri, creds) == {"FINISHED": 5}  # two parents, three points
+    parents = {parent_of(r), parent_of(f)}
+    assert statuses(uri, creds, parents) == {"FINISHED": 5}  # two parents, three points
     on_disk = b"".join(p.read_bytes() for d in ("env", "file") for p in (tmp_path / d).rglob("*") if p.is_file())
     for where in (logged, on_disk, (r.stdout + r.stderr + f.stdout + f.stderr).encode()):
         assert password.encode() not in where
 
+    started = int(time.time() * 1000)
     (tmp_path / "wrong").mkdir()
     w = run([*point, "batch_size=8"], tmp_path / "wrong", MLFLOW_TRACKING_URI=uri, MLFLOW_TRACKING_USERNAME=user,
             MLFLOW_TRACKING_PASSWORD="not-" + password)
@@ -207,4 +216,5 @@ def test_a_sweep_into_an_authenticated_server_keeps_the_password_out(auth_server
                                              "server"]
     assert password not in w.stdout + w.stderr
     assert not list((tmp_path / "wrong").iterdir())  # nothing written here
-    assert statuses(uri, creds) == {"FINISHED": 5}  # nor there
+    with as_user(creds | {"MLFLOW_TRACKING_URI": uri}) as (client, exp):
+        assert not client.search_runs([exp.experiment_id], f"attributes.start_time > {started}")  # nor there
