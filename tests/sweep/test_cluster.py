@@ -140,12 +140,14 @@ def auth_server():
 
 @contextlib.contextmanager
 def as_user(creds: dict[str, str]):
-    """This process reads the store as that user (MLflow takes the credentials from the environment per request)."""
+    """This process reads the store as that user (MLflow takes the credentials from the environment per request).
+    The URI is passed to the client: an earlier test's `mlflow.set_tracking_uri` in this process outranks the
+    environment."""
     os.environ.update(creds)
     try:
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient()
+        client = MlflowClient(tracking_uri=creds["MLFLOW_TRACKING_URI"])
         yield client, client.get_experiment_by_name("nnbench")
     finally:
         for k in creds:
