@@ -23,7 +23,6 @@ environments, --clean [SPECS] removes them. See docs/comparing.md.
 from __future__ import annotations
 
 import argparse
-import argparse
 import json
 import re
 import sys
