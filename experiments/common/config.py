@@ -141,6 +141,7 @@ class BenchConf(Budget):
     processes: int = MISSING  # fresh measuring processes per point, interleaved
     machine_check_s: float = MISSING  # the sweep's check of the machine's own noise, before its first job (0: none)
     timeout_s: float = MISSING  # per point, worker start and compile included
+    remeasure: int = 2  # more workers at most, per job, for processes read far off while other programs ran (0: none)
 
 
 @dataclass

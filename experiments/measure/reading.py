@@ -13,7 +13,7 @@ from experiments.common.protocol import Measurement, OpResult, Point, PointResul
 from experiments.measure.flops import achieved_tflops
 from experiments.measure.machine import MachineCheck
 from experiments.measure.peaks import vendor_tflops
-from experiments.measure.stats import summarize
+from experiments.measure.stats import summarize, unmeasured
 
 # Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
 # process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
@@ -53,6 +53,25 @@ class OpReading:
 
 
 @dataclass(frozen=True)
+class Replaced:
+    """A process of the point measured again by one more worker (the sweep's load rule, `stats.to_replace`): its
+    result stays in the raw data with the reason."""
+
+    process: int  # 1-based, in the order the point's processes ran
+    reason: str
+    result: PointResult
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """An op that gets no number here: why, and what its processes measured (kept in the raw data)."""
+
+    reason: str
+    measurements: tuple[Measurement, ...]
+    background_cores: float = 0.0  # the most cores other processes used while it was sampled
+
+
+@dataclass(frozen=True)
 class Reading:
     """One point as its processes measured it, merged and judged."""
 
@@ -70,27 +89,32 @@ class Reading:
     noisy: bool = False  # other processes used more than NOISY_CORES while some op was sampled
     unstable: tuple[str, ...] = ()  # the ops a re-run could read far from
     hint: str = ""  # what to do about the first unstable op
+    unmeasured: dict[str, Unmeasured] = field(default_factory=dict)  # op -> why no number is given (10× apart)
+    oversubscribed: dict[str, str] = field(default_factory=dict)  # op -> in how many processes, why, what to set
+    replaced: tuple[Replaced, ...] = ()  # processes measured again, each with its reason
 
     @property
     def outcome(self) -> str:
         """ok, skipped (nothing could be measured here), failed or interrupted."""
         if self.interrupted:
             return "interrupted"
-        return "failed" if self.failure is not None else "ok" if self.ops else "skipped"
+        return "failed" if self.failure is not None else "ok" if self.ops or self.unmeasured else "skipped"
 
     @property
     def background_cores(self) -> float:
         """The most cores other processes used while any op of the point was sampled."""
-        return max((o.result.background_cores for o in self.ops.values() if o.result.background_cores is not None),
-                   default=0.0)
+        return max([o.result.background_cores for o in self.ops.values() if o.result.background_cores is not None]
+                   + [u.background_cores for u in self.unmeasured.values()], default=0.0)
 
 
-def read(point: Point, results: list[PointResult], machine: MachineCheck | None = None) -> Reading:
+def read(point: Point, results: list[PointResult], machine: MachineCheck | None = None,
+         replaced: tuple[Replaced, ...] = ()) -> Reading:
     """The point from each process's result (or why a process has none). `machine`: the sweep's machine check, for
-    the hint of an unstable point."""
+    the hint of an unstable point; `replaced`: the processes the results no longer hold, kept with their reason.
+    An op whose processes disagree by `stats.UNMEASURED_SPREAD` or more gets no number: it is unmeasured here."""
     ok = [r for r in results if r.failure is None]
     failed = [r for r in results if r.failure is not None]
-    reading = Reading(point, len(results))
+    reading = Reading(point, len(results), replaced=replaced)
     if failed:
         which = f" (process {results.index(failed[0]) + 1} of {len(results)})" if len(results) > 1 else ""
         reading = replace(reading, failure=f"{failed[0].failure}{which}", stderr_tail=failed[0].stderr_tail)
@@ -99,15 +123,17 @@ def read(point: Point, results: list[PointResult], machine: MachineCheck | None 
     env = ok[0].environment
     peak = statistics.median(r.peak_tflops for r in ok) if ok[0].peak_tflops else None
     ops, skipped = measured(point, ok, peak, vendor_tflops(env.get("device_name", ""), env.get("precision_policy", "")))
+    far = {op: Unmeasured(why, o.measurements, o.result.background_cores or 0.0) for op, o in ops.items()
+           if (why := unmeasured([statistics.median(m.samples_s) for m in o.measurements]))}
     keys = sorted(set().union(*(r.machine for r in ok)))
-    reading = replace(reading, device=ok[0].device, environment=env, ops=ops, skipped=skipped, peak_tflops=peak,
+    reading = replace(reading, device=ok[0].device, environment=env, skipped=skipped, peak_tflops=peak,
+                      ops={op: o for op, o in ops.items() if op not in far}, unmeasured=far,
+                      oversubscribed=oversubscribed(point, ok),
                       machine={k: statistics.median(r.machine[k] for r in ok if k in r.machine) for k in keys})
-    if not ops:
-        return reading
     noisy = reading.background_cores > NOISY_CORES
-    shaky = tuple(op for op, o in ops.items() if o.unstable)
-    return replace(reading, noisy=noisy, unstable=shaky, hint=hint(shaky[0], ops[shaky[0]], noisy, machine) if shaky
-                   else "")
+    shaky = tuple(op for op, o in reading.ops.items() if o.unstable)
+    said = hint(shaky[0], reading.ops[shaky[0]], noisy, machine, reading.oversubscribed.get(shaky[0])) if shaky else ""
+    return replace(reading, noisy=noisy, unstable=shaky, hint=said)
 
 
 def measured(point: Point, ok: list[PointResult], peak: float | None,
@@ -127,6 +153,17 @@ def measured(point: Point, ok: list[PointResult], peak: float | None,
     return ops, skipped
 
 
+def oversubscribed(point: Point, ok: list[PointResult]) -> dict[str, str]:
+    """Per op, where its intra-op threads outnumbered the cores free in some process: in how many, and the first
+    one's why and what to set (`meter.oversubscription`)."""
+    out = {}
+    for op in point.ops:
+        said = [r.ops[op].oversubscribed for r in ok if op in r.ops and r.ops[op].oversubscribed]
+        if said:
+            out[op] = f"in {len(said)} of {len(ok)} processes, {said[0]}" if len(ok) > 1 else said[0]
+    return out
+
+
 def merge(results: list[OpResult], batch: int) -> OpResult:
     """One op over a point's worker processes: statistics of all their samples, each metric combined (one process
     keeps the statistics it reported; a runner in another language reports none)."""
@@ -138,11 +175,13 @@ def merge(results: list[OpResult], batch: int) -> OpResult:
     return OpResult("ok", device=first.device, stats=summarize([r.measurement for r in results], batch), **merged)
 
 
-def hint(op: str, o: OpReading, noisy: bool, machine: MachineCheck | None = None) -> str:
-    """What to do about an unstable point, in one line."""
+def hint(op: str, o: OpReading, noisy: bool, machine: MachineCheck | None = None, crowded: str | None = None) -> str:
+    """What to do about an unstable point, in one line (`crowded`: why its threads outnumbered the free cores)."""
     s = o.stats
     apart = f", its processes {s.process_spread:.2f}× apart" if s.process_spread > 1 else ""
     why = f"{op}: a re-run may read {s.ci95_low_s * 1e3:.4g}–{s.ci95_high_s * 1e3:.4g} ms{apart}"
+    if crowded:
+        return f"{why}; its threads were oversubscribed {crowded}"
     if noisy:
         return f"{why}; other processes used the CPU meanwhile: measure on a quiet machine"
     if machine is not None and machine.noisy:

@@ -113,9 +113,14 @@ def build(job: Job, reading: Reading) -> Record:
 def judged(r: Reading) -> dict[str, str]:
     """The reading's verdicts as tags: skip reasons, the flags with the hint, why it failed, its outcome."""
     tags = {f"skip_reason_{op}": why[:REASON_CHARS] for op, why in r.skipped.items()}
-    if r.ops:
-        tags |= {"noisy": str(r.noisy).lower(), "unstable": str(bool(r.unstable)).lower()}
+    tags |= {f"unmeasured_reason_{op}": u.reason[:REASON_CHARS] for op, u in r.unmeasured.items()}
+    if r.ops or r.unmeasured:
+        tags |= {"noisy": str(r.noisy).lower(), "unstable": str(bool(r.unstable)).lower(),
+                 "oversubscribed": str(bool(r.oversubscribed)).lower()}
         tags |= {"unstable_ops": ",".join(r.unstable), "unstable_hint": r.hint} if r.unstable else {}
+        tags |= {f"oversubscribed_{op}": why[:REASON_CHARS] for op, why in r.oversubscribed.items()}
+    if r.replaced:
+        tags["remeasured"] = "; ".join(f"process {x.process}: {x.reason}" for x in r.replaced)[:REASON_CHARS]
     if r.interrupted:
         tags["failure_reason"] = r.interrupted
     elif r.failure is not None:
@@ -130,13 +135,23 @@ def op_metrics(r: Reading) -> dict[str, float]:
 
 
 def samples(r: Reading) -> dict[str, dict]:
-    """samples.json: per op every sample, pooled and per process, with the block, stop reason and device."""
+    """samples.json: per op every sample, pooled and per process, with the block, stop reason and device; the
+    processes measured again (`replaced`, each with its number and reason) and an unmeasured op's processes too."""
     out = {}
     for op, o in r.ops.items():
         runs = [dataclasses.asdict(m) for m in o.measurements]
         out[op] = {"samples_s": [t for run in runs for t in run["samples_s"]], "block": runs[0]["block"],
                    "stop_reason": runs[0]["stop_reason"], "elapsed_s": sum(run["elapsed_s"] for run in runs),
                    "device": o.result.device, "processes": runs}
+    for op, u in r.unmeasured.items():
+        runs = [dataclasses.asdict(m) for m in u.measurements]
+        out[op] = {"samples_s": [t for run in runs for t in run["samples_s"]], "block": runs[0]["block"],
+                   "unmeasured": u.reason, "processes": runs}
+    for x in r.replaced:
+        for op, o in x.result.ops.items():
+            if op in out and o.measurement is not None:
+                out[op].setdefault("replaced", []).append(
+                    {"process": x.process, "reason": x.reason} | dataclasses.asdict(o.measurement))
     return out
 
 
@@ -173,12 +188,14 @@ def describe(name: str, r: Reading) -> str:
         return f"INTERRUPTED: {r.interrupted}"
     if r.failure is not None:
         return f"FAILED: {r.failure.splitlines()[0]}"
-    if not r.ops:
+    if not r.ops and not r.unmeasured:
         return "skipped: " + "; ".join(f"{op} {why}" for op, why in r.skipped.items())
-    processes = len(next(iter(r.ops.values())).measurements)
+    processes = r.processes
     ops = [f"{op} {o.stats.median_s * 1e3:.4g} ms [{o.stats.ci95_low_s * 1e3:.4g}, {o.stats.ci95_high_s * 1e3:.4g}]"
-           for op, o in r.ops.items()]
-    flags = [flag.upper() for flag, on in (("noisy", r.noisy), ("unstable", bool(r.unstable))) if on]
+           for op, o in r.ops.items()] + [f"{op} unmeasured ({u.reason})" for op, u in r.unmeasured.items()]
+    flags = [flag.upper() for flag, on in (("noisy", r.noisy), ("unstable", bool(r.unstable)),
+                                           ("oversubscribed", bool(r.oversubscribed)),
+                                           ("remeasured", bool(r.replaced))) if on]
     return (f"{name} on {r.device}: " + "; ".join(ops) + f" (median per call and the 95% interval of a re-run, "
             f"{processes} process{'es' if processes > 1 else ''})" + (f" {', '.join(flags)}" if flags else ""))
 

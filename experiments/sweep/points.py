@@ -25,7 +25,8 @@ from experiments.common.protocol import PARTS, Json, OpResult, Point, PointResul
 from experiments.harness import external, manager
 from experiments.measure.backends import Unsupported, validate_side
 from experiments.measure.machine import MachineCheck, prior
-from experiments.measure.reading import Reading, read
+from experiments.measure.reading import Reading, Replaced, read
+from experiments.measure.stats import to_replace
 from experiments.store import records
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
 from experiments.sweep import interrupts, requeue
@@ -86,6 +87,10 @@ class Points:
         self.job, self.job_dir, self.state, self.sweep, self.machine = job, job_dir, state, sweep, machine
         self.in_launcher = in_launcher  # a launcher's process: a job SLURM runs again measures its point then
         self.results: list[list[PointResult]] = [[] for _ in job.points]  # per point, one per process so far
+        self.replaced: list[list[Replaced]] = [[] for _ in job.points]  # per point, processes measured again
+        self.held: list[int] = []  # points measured by every process, one of them far off: to measure again
+        self.again: list[int] = []  # held points still far after this round's worker: for the next one
+        self.last_round = False  # this round's worker is the last one the load rule may start
         self.waiting: list[Kept] = []  # saved, to be profiled
         self.queued: list[Kept] = []  # to be logged once the worker has ended
         self.done: list[Kept] = []  # saved with all they will get, in the order they were passed on
@@ -106,22 +111,70 @@ class Points:
             return self.interrupted(point, self.results[i] if last else [result])
         if not last:
             return self.measured(point, process, result)
-        kept = self.save(point, self.results[i])
+        if self.job.config.bench.remeasure and self.far(i):
+            self.held.append(i)
+            return self.measured(point, process, result)
+        self.measured_all(i, result)
+
+    def measured_all(self, i: int, result: PointResult | None = None) -> None:
+        """Point i has all its processes: saved, then profiled or passed on (`result`: its last process's, for the
+        progress line while it waits to be profiled)."""
+        point = self.job.points[i]
+        kept = self.save(point, self.results[i], replaced=tuple(self.replaced[i]))
         if self.profiles and kept.record.outcome == "ok":
             self.waiting.append(kept)  # saved: its timings are final
-            return self.measured(point, process, result)
+            if result is not None:
+                self.measured(point, len(self.results[i]) - 1, result)
+            return
         self.finished(kept)
 
-    def measured(self, point: Point, process: int, result: PointResult) -> None:
-        what = f"FAILED: {result.failure}" if result.failure else "measured"
-        n = self.job.config.bench.processes
-        log.info("%s %s: process %d of %d %s", self.tick(), records.run_name(self.job, point), process + 1, n, what)
-        interrupts.checkpoint()  # a point's record comes after its last process
+    def far(self, i: int) -> list[tuple[int, str]]:
+        """Point i's processes to measure again (`stats.to_replace` on each op's process medians, with the cores
+        other processes used meanwhile), by index, the farthest op's first; none where a process failed."""
+        results = self.results[i]
+        if any(r.failure is not None for r in results):
+            return []
+        out: dict[int, str] = {}
+        for op in self.job.points[i].ops:
+            rs = [r.ops[op] for r in results if op in r.ops and r.ops[op].status == "ok"]
+            if len(rs) == len(results) > 1:
+                medians = [float(np.median(o.measurement.samples_s)) for o in rs]
+                for j, why in to_replace(medians, [o.background_cores or 0.0 for o in rs]):
+                    out.setdefault(j, f"{op}: {why}")
+        return list(out.items())
 
-    def save(self, point: Point, results: list[PointResult], interrupted: str | None = None) -> Kept:
+    def retake(self, result: PointResult) -> None:
+        """One more worker's result for the next held point: it takes the place of the point's first far process,
+        which stays in the raw data with its reason. The point waits for the next worker while a process is still
+        far and this is not the last round; else it is saved. A failed result leaves the point as it was."""
+        i = self.held.pop(0)
+        if result.failure is not None:
+            if interrupts.pending():  # the signal stopped the worker: the point keeps what it had
+                self.held.insert(0, i)
+                raise interrupts.Interrupted(interrupts.pending())
+            log.info("%s: measuring it again failed (%s); it keeps its processes",
+                     records.run_name(self.job, self.job.points[i]), result.failure)
+            return self.measured_all(i)
+        j, why = self.far(i)[0]
+        self.replaced[i].append(Replaced(j + 1, why, self.results[i][j]))
+        self.results[i][j] = result
+        log.info("%s: process %d of %d measured again, its first reading set aside (%s)",
+                 records.run_name(self.job, self.job.points[i]), j + 1, len(self.results[i]), why)
+        if not self.last_round and self.far(i):
+            return self.again.append(i)
+        self.measured_all(i)
+
+    def release(self, points: list[int]) -> None:
+        """Held points saved with the processes they have (the load rule's workers are done or stopped)."""
+        for i in points:
+            with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+                self.measured_all(i)
+
+    def save(self, point: Point, results: list[PointResult], interrupted: str | None = None,
+             replaced: tuple[Replaced, ...] = ()) -> Kept:
         """The point's reading and record, saved in its dir."""
         try:
-            reading = read(point, results, self.machine)
+            reading = read(point, results, self.machine, replaced)
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(point.batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             reading = read(point, [failed])
@@ -232,6 +285,7 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
             spread = between(kept.results, {op for p in job.points for op in p.ops},
                              prior(machine, job.config.bench.between_prior))
             measure_process(kept, r, job.request(peaks and peaks.resolve(), spread), measure)
+        remeasure(kept, job.request(peaks and peaks.resolve(), spread), measure)
         if kept.waiting:
             try:
                 profile(kept, measure)
@@ -311,6 +365,34 @@ def measure_process(kept: Points, r: int, request: Request, measure: Callable) -
         kept.log_queued()
 
 
+def remeasure(kept: Points, request: Request, measure: Callable) -> None:
+    """The load rule: at most `bench.remeasure` more workers, one after another, each measuring the held points once
+    more (`Points.retake`): a process read far off its siblings while other programs used the CPU is measured again.
+    A point a worker left, or still far after the last one, keeps the processes it has."""
+    bench = kept.job.config.bench
+    for k in range(bench.remeasure):
+        if not kept.held:
+            return
+        kept.last_round = k == bench.remeasure - 1
+        points = tuple(kept.job.points[i] for i in kept.held)
+        try:
+            measure(dataclasses.replace(request, points=points), kept.job_dir / f"process-{bench.processes + k}",
+                    bench.timeout_s, on_result=kept.retake)
+        except Exception:  # a harness bug must not stop the sweep either: the points keep what they have
+            log.error("measuring far processes again failed: %s", traceback.format_exc().splitlines()[-1])
+        except interrupts.Interrupted as e:  # every point keeps what it has, unprofiled
+            kept.release(kept.held + kept.again)
+            kept.held = kept.again = []
+            for waiting in kept.waiting:
+                kept.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
+            kept.waiting = []
+            raise
+        finally:
+            kept.release(kept.held)  # the points this worker left
+            kept.log_queued()
+        kept.held, kept.again = kept.again, []
+
+
 def profile(kept: Points, measure: Callable) -> None:
     """One more worker profiles the saved points (their measured ops). A fault in the profiling fails the profile,
     never the point; an interrupt keeps every point with the timings it has."""
@@ -331,10 +413,15 @@ def summary(kept: Kept) -> str:
     r = kept.reading
     if r.failure is not None:
         return "FAILED: " + r.failure.splitlines()[0]
-    parts = [timed(op, r.ops[op].stats) if op in r.ops else f"{op} skipped ({r.skipped[op]})"
-             for op in r.point.ops if op in r.ops or op in r.skipped]
+    parts = [timed(op, r.ops[op].stats) if op in r.ops else f"{op} UNMEASURED: {r.unmeasured[op].reason}"
+             if op in r.unmeasured else f"{op} skipped ({r.skipped[op]})"
+             for op in r.point.ops if op in r.ops or op in r.skipped or op in r.unmeasured]
     if r.noisy:
         parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
+    parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
+    if r.replaced:
+        parts.append(f"REMEASURED process {', '.join(str(x.process) for x in r.replaced)}: read far off while other "
+                     "programs ran")
     if r.unstable:
         parts.append(f"UNSTABLE: {r.hint}")
     status = kept.record.tags.get("profile")

@@ -1,0 +1,133 @@
+"""The load rule of a job's points: a process read far off its siblings while other programs used the CPU is measured
+again by a bounded number of extra workers, kept in the raw data with its reason; a point whose processes disagree
+10× gets no number. Driven through `Points` with the workers' results stood in by known samples."""
+import json
+import signal
+
+import pytest
+
+import models
+from experiments.common.job import Job
+from experiments.common.protocol import OpResult, Point, PointResult
+from experiments.sweep.points import Points, measure_process, remeasure
+from tests.helpers import config, ok_op
+
+POINT = Point(32, ("inference",))
+
+
+def result(median_ms: float, busy: float = 0.0, oversubscribed: str | None = None) -> PointResult:
+    op = ok_op(median_ms / 1e3, 32, [median_ms / 1e3 * f for f in (0.98, 0.99, 1.0, 1.0, 1.01, 1.02)])
+    op.background_cores, op.oversubscribed = busy, oversubscribed
+    return PointResult(32, "cpu", {"device_name": "cpu"}, {"inference": op})
+
+
+def job(*overrides: str) -> Job:
+    return Job(config("framework=torch", "bench.processes=5", *overrides), models.load("lenet"), (POINT,))
+
+
+class Workers:
+    """Stands in for the workers: each call is one worker, answering its request's points from `script`."""
+
+    def __init__(self, script: list[PointResult]):
+        self.script, self.requests = list(script), []
+
+    def __call__(self, request, directory, timeout_s, on_result):
+        self.requests.append(request)
+        for _ in request.points:
+            on_result(self.script.pop(0))
+
+
+def measured(j: Job, tmp_path, script: list[PointResult]) -> tuple[Points, Workers]:
+    kept, workers = Points(j, tmp_path), Workers(script)
+    for r in range(j.config.bench.processes):
+        measure_process(kept, r, j.request(), workers)
+    remeasure(kept, j.request(), workers)
+    return kept, workers
+
+
+def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its_reason(tmp_path):
+    kept, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95),
+                                               result(1.05), result(1.02)])
+    assert len(workers.requests) == 6 and workers.requests[-1].points == (POINT,)  # one more worker, for this point
+    (k,) = kept.done
+    (x,) = k.reading.replaced
+    assert x.process == 3 and "88 ms" in x.reason and "1.00 cores" in x.reason
+    s = k.reading.ops["inference"].stats
+    assert 0.9e-3 < s.ci95_low_s <= s.median_s <= s.ci95_high_s < 1.2e-3 and s.process_spread < 1.2
+    assert k.record.tags["remeasured"].startswith("process 3: inference: its median 88 ms")
+    saved = json.loads((k.directory / "samples.json").read_text())["inference"]
+    assert len(saved["processes"]) == 5 and saved["replaced"][0]["process"] == 3
+    assert min(saved["replaced"][0]["samples_s"]) > 80e-3  # the far samples, raw
+
+
+def test_a_far_process_on_a_quiet_machine_is_its_drift_and_stays(tmp_path):
+    kept, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(3.0), result(0.95), result(1.05)])
+    assert len(workers.requests) == 5
+    (k,) = kept.done
+    assert k.reading.replaced == () and "remeasured" not in k.record.tags
+    assert k.reading.ops["inference"].stats.process_spread > 3
+
+
+def test_the_rule_is_bounded_and_a_point_ten_times_apart_gets_no_number(tmp_path):
+    far = [result(60.0, busy=1.0) for _ in range(3)]
+    kept, workers = measured(job("bench.remeasure=2"), tmp_path,
+                             [result(1.0), result(1.1), *far[:1], result(0.95), result(1.05), *far[1:]])
+    assert len(workers.requests) == 7  # the two extra workers, no more
+    (k,) = kept.done
+    assert [x.process for x in k.reading.replaced] == [3, 3]
+    assert "inference" not in k.reading.ops and "disagree 63× (0.95 ms to 60 ms)" in k.reading.unmeasured["inference"].reason
+    assert k.record.outcome == "ok" and not any(m.startswith("inference_") for m in k.record.metrics)
+    assert "close other programs" in k.record.tags["unmeasured_reason_inference"]
+    assert "inference unmeasured" in k.record.tags["mlflow.note.content"]
+
+
+def test_no_extra_worker_with_remeasure_0(tmp_path):
+    kept, workers = measured(job("bench.remeasure=0"), tmp_path,
+                             [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95), result(1.05)])
+    assert len(workers.requests) == 5 and kept.done[0].reading.replaced == ()
+
+
+def test_a_failed_extra_worker_leaves_the_point_as_it_was(tmp_path):
+    failed = PointResult(32, failure="worker crashed")
+    kept, _ = measured(job(), tmp_path, [result(1.0), result(1.1), result(5.0, busy=1.0), result(0.95),
+                                         result(1.05), failed])
+    (k,) = kept.done
+    assert k.reading.failure is None and k.reading.replaced == ()
+    assert k.reading.ops["inference"].stats.process_spread > 4  # the far process stays: nothing replaced it
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_oversubscribed_threads_are_flagged_with_the_setting(tmp_path, processes):
+    why = "2 intra-op threads on 2 cores while other processes used 1.00 of the machine's 2: set torch's threads to 1"
+    script = [result(1.0, busy=1.0, oversubscribed=why)] + [result(1.0) for _ in range(processes - 1)]
+    kept, _ = measured(job(f"bench.processes={processes}"), tmp_path, script)
+    (k,) = kept.done
+    assert k.record.tags["oversubscribed"] == "true" and why in k.record.tags["oversubscribed_inference"]
+    assert (f"in 1 of {processes} processes" in k.record.tags["oversubscribed_inference"]) == (processes > 1)
+
+
+def test_skipped_ops_are_not_judged(tmp_path):
+    skipped = PointResult(32, "cpu", {}, {"inference": OpResult("skipped", reason="no such op")})
+    kept, workers = measured(job("bench.processes=2"), tmp_path, [skipped, skipped])
+    assert len(workers.requests) == 2 and kept.done[0].record.outcome == "skipped"
+
+
+def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_had(tmp_path, monkeypatch):
+    from experiments.sweep import interrupts
+
+    class Stopped(Workers):
+        def __call__(self, request, directory, timeout_s, on_result):
+            if len(self.requests) == 5:  # the extra worker: the signal stops it
+                monkeypatch.setattr(interrupts, "_received", signal.SIGINT)
+                self.script.insert(0, PointResult(32, failure="stopped by SIGINT"))
+            super().__call__(request, directory, timeout_s, on_result)
+
+    j, workers = job(), Stopped([result(1.0), result(1.1), result(5.0, busy=1.0), result(0.95), result(1.05)])
+    kept = Points(j, tmp_path)
+    for r in range(5):
+        measure_process(kept, r, j.request(), workers)
+    with pytest.raises(interrupts.Interrupted):
+        remeasure(kept, j.request(), workers)
+    (k,) = kept.done
+    assert k.record.outcome == "ok" and len(k.reading.ops["inference"].measurements) == 5
+    assert (k.directory / "samples.json").exists() and kept.held == []
