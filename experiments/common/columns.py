@@ -8,4 +8,4 @@ PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "d
 # Per op, from the FLOP count, the median and the peaks: `measure.reading.OpReading` has a field of each name.
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")
 # Tags ("true"/"false") that say a point's numbers need care: other processes used the CPU; a re-run may read far off.
-FLAGS = ("noisy", "unstable")
+FLAGS = ("noisy", "unstable", "oversubscribed")

@@ -116,6 +116,12 @@ def headline(t: pd.DataFrame, baseline: str) -> str:
         f" (vs {baseline}, geometric means)"
 
 
+def unmeasured(runs: pd.DataFrame) -> list[str]:
+    """`<run name> <op>: <why>` for every op the load rule left without a number (tag unmeasured_reason_<op>)."""
+    return [f"{r['tags.mlflow.runName']} {c.removeprefix('tags.unmeasured_reason_')}: {r[c]}"
+            for c in runs.columns if c.startswith("tags.unmeasured_reason_") for _, r in runs[runs[c].notna()].iterrows()]
+
+
 def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifacts: list[str]) -> str:
     """The parent run's description (Markdown): the headline, the table right under it (so its top shows before
     "Show more"), the sentences, the flags' meaning, the machine, the artifacts."""
@@ -127,8 +133,10 @@ def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifa
     flagged = {f: int(s[f].sum()) for f in FLAGS if f in s and s[f].any()}
     if flagged:
         out.append("Flags: " + "; ".join(f"{n} {f.upper()}" for f, n in flagged.items()) + " (NOISY: other processes "
-                   "used the CPU while it was measured; UNSTABLE: a re-run may read far from this run; a speedup in "
+                   "used the CPU while it was measured; UNSTABLE: a re-run may read far from this run; OVERSUBSCRIBED: "
+                   "its threads outnumbered the cores free, see the tag oversubscribed_<op>; a speedup in "
                    "parentheses lies within the two intervals).")
+    out += [f"Unmeasured on this machine: {line}." for line in unmeasured(runs)]
     out += [f"Points: {counts}. Speedups against {baseline}; the interval is where a re-run of the point is "
             "expected to read (95%).", "", f"Environment: {environment_line(environment(runs))}", "",
             "Artifacts: " + ", ".join(f"`{a}`" for a in artifacts)]

@@ -79,3 +79,16 @@ def test_a_speedup_between_frameworks_not_shown_to_compute_the_same_function_is_
     for shown in (runs, crossing_runs()):
         note = answer.note(tables.tidy(shown), shown, "torch-eager fp32", "6 finished", [])
         assert tables.UNSHOWN not in note
+
+
+def test_an_op_left_without_a_number_and_oversubscribed_threads_are_said():
+    runs = crossing_runs()
+    runs.loc[runs["run_id"] == "torch-eager-2", "tags.oversubscribed"] = "true"
+    far = runs.index[runs["run_id"] == "jax-jit-128"]
+    runs.loc[far, "metrics.inference_median_s"] = float("nan")
+    runs.loc[far, "tags.unmeasured_reason_inference"] = "its processes disagree 63× (0.95 ms to 60 ms)"
+    note = answer.note(tables.tidy(runs), runs, "torch-eager fp32", "6 finished", [])
+    assert "1 OVERSUBSCRIBED" in note and "OVERSUBSCRIBED: its threads outnumbered the cores free" in note
+    assert ("Unmeasured on this machine: lenet · jax-jit · fp32 · bs128 inference: its processes disagree 63× "
+            "(0.95 ms to 60 ms).") in note
+    assert "| lenet   | inference |     128 | jax-jit" not in note  # no number for it in the table
