@@ -178,6 +178,13 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
     from experiments.report.verdict import judge_pairs
 
     rows: list[dict] = []
+
+    def logged(model: str, judged, sides, frameworks: dict[str, str]) -> None:
+        for c in judged:
+            row = point_row(model, c, sides, design, frameworks)
+            row["run_id"] = store.point(row, c, frameworks)
+            rows.append(row)
+
     try:
         for i, (ja, jb) in enumerate(zip(*comparison.side_jobs)):
             where = out / f"job-{i}"
@@ -185,12 +192,13 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
                      for j, label, n in ((ja, comparison.labels[0], "A"), (jb, comparison.labels[1], "B"))]
             model = ja.config.model["name"]
             frameworks = {"A": str(ja.config.framework.name), "B": str(jb.config.framework.name)}
-            judged = pairs.compare(*sides, design, lambda lr: judge_pairs(lr, threshold, alpha), where,
-                                   on_pair=progress(model))
-            for c in judged:
-                row = point_row(model, c, sides, design, frameworks)
-                row["run_id"] = store.point(row, c, frameworks)
-                rows.append(row)
+            try:
+                judged = pairs.compare(*sides, design, lambda lr: judge_pairs(lr, threshold, alpha), where,
+                                       on_pair=progress(model))
+            except pairs.Stopped as e:  # the job's points that had their pairs are logged before the parent ends
+                logged(model, e.compared, sides, frameworks)
+                raise
+            logged(model, judged, sides, frameworks)
     except KeyboardInterrupt:
         store.close("KILLED", rows, f"interrupted after {len(rows)} points")
         print(f"{prog}: interrupted: {len(rows)} points logged under {store.parent}; the pairs measured are in "

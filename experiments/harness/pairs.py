@@ -157,6 +157,14 @@ class Compared(Json):
         return [r for p in self.pairs if (r := p.log_ratio) is not None]
 
 
+class Stopped(KeyboardInterrupt):
+    """A Ctrl-C during `compare`: `compared` holds the points that had their first pairs, judged together."""
+
+    def __init__(self, compared: list[Compared]):
+        super().__init__()
+        self.compared = compared
+
+
 class PairFailed(Exception):
     """A paired worker crashed, hung or never connected: the message says which and why."""
 
@@ -374,6 +382,11 @@ def compare(a: Side, b: Side, design: Design, judge: Judge, directory: Path,
                 return results
             for i in more:
                 add(i, min(max(2, design.pairs // 2), design.max_pairs - len(results[i].pairs)))
+    except KeyboardInterrupt:  # the points that had their first pairs are judged together, and kept
+        done = [c for c in results if len(c.pairs) >= design.pairs or c.skipped is not None]
+        for c, v in zip(done, judge([c.log_ratios for c in done]) if done else ()):
+            c.verdict = v
+        raise Stopped(done) from None
     finally:
         for s in servers.values():
             if s is not None:

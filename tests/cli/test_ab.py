@@ -136,3 +136,27 @@ def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, ca
 def checked():
     """Both sides' jobs of an A/A comparison of the tiny point, through the sweep's door once (it takes seconds)."""
     return door("framework.threads", ["1", "1"], POINT)
+
+
+def test_a_ctrl_c_keeps_the_points_judged_in_the_interrupted_job(tmp_path, monkeypatch, capsys, paired_store):
+    """A Ctrl-C in a job after some of its points had their pairs: those are judged together and logged, then the
+    parent ends KILLED."""
+    from experiments.cli import ab
+
+    (judged,) = judge_pairs([[0.01, 0.012, 0.009]], 0.03, 0.05)
+
+    def stopped(*args, **kwargs):
+        c = pairs.Compared(2, "inference")
+        c.verdict = judged
+        raise pairs.Stopped([c])
+
+    monkeypatch.setattr(pairs, "compare", stopped)
+    comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
+    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
+    assert ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged) is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"nnbench ab: interrupted: 1 points logged under {logged.parent}"), line
+    df = runs_since(paired_store, t0)
+    child = df[df["tags.nnbench.ab_point"] == "true"].iloc[0]
+    assert sorted(df["status"]) == ["FINISHED", "KILLED"] and child["tags.verdict"] == str(judged.verdict)
+    assert child["metrics.ratio"] == pytest.approx(judged.ratio) and child["params.batch_size"] == "2"
