@@ -178,13 +178,6 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
     from experiments.report.verdict import judge_pairs
 
     rows: list[dict] = []
-
-    def logged(model: str, judged, sides, frameworks: dict[str, str]) -> None:
-        for c in judged:
-            row = point_row(model, c, sides, design, frameworks)
-            row["run_id"] = store.point(row, c, frameworks)
-            rows.append(row)
-
     try:
         for i, (ja, jb) in enumerate(zip(*comparison.side_jobs)):
             where = out / f"job-{i}"
@@ -196,9 +189,9 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
                 judged = pairs.compare(*sides, design, lambda lr: judge_pairs(lr, threshold, alpha), where,
                                        on_pair=progress(model))
             except pairs.Stopped as e:  # the job's points that had their pairs are logged before the parent ends
-                logged(model, e.compared, sides, frameworks)
+                rows += store.points(model, e.compared, sides, design, frameworks)
                 raise
-            logged(model, judged, sides, frameworks)
+            rows += store.points(model, judged, sides, design, frameworks)
     except KeyboardInterrupt:
         store.close("KILLED", rows, f"interrupted after {len(rows)} points")
         print(f"{prog}: interrupted: {len(rows)} points logged under {store.parent}; the pairs measured are in "
@@ -244,6 +237,13 @@ class Store:
         run_id = tracking.start_parent(uri, exp, comparison.title, params, parent, kind="ab")
         tracking.set_tags(uri, run_id, {"ab_a": comparison.labels[0], "ab_b": comparison.labels[1], "paired": "true"})
         return cls(uri, exp, run_id)
+
+    def points(self, model: str, judged, sides, design, frameworks: dict[str, str]) -> list[dict]:
+        """A job's judged points, each logged as its child run: what `ab` says of each."""
+        rows = [point_row(model, c, sides, design, frameworks) for c in judged]
+        for row, c in zip(rows, judged):
+            row["run_id"] = self.point(row, c, frameworks)
+        return rows
 
     def point(self, row: dict, c, frameworks: dict[str, str]) -> str:
         """One point's child run: the point as params, the ratio, interval and pairs as metrics, the verdict as a tag,

@@ -344,13 +344,7 @@ def compare(a: Side, b: Side, design: Design, judge: Judge, directory: Path,
     Each side's workers are forked by one fork server in its own interpreter and environment (start=fork), or
     spawned. `on_pair(compared, pair)` hears of each pair as it ends.
     """
-    if "external" in (a.request.framework, b.request.framework):
-        raise ValueError("framework=external can't be paired: its runner times itself, so its bursts can't be "
-                         "interleaved with another worker's")
-    ops = [(p, op) for p in a.request.points for op in p.ops]
-    theirs = [(p.batch_size, op) for p in b.request.points for op in p.ops]
-    if [(p.batch_size, op) for p, op in ops] != theirs:
-        raise ValueError(f"A and B measure different points: {a.request.points} against {b.request.points}")
+    ops = point_ops(a, b)
     with ThreadPoolExecutor(2) as pool:  # both servers import their framework at once
         servers = dict(zip(SIDES, pool.map(server, (a, b), (directory / f"server-{n}.log" for n in SIDES))))
     rng = np.random.default_rng(design.seed)
@@ -374,8 +368,7 @@ def compare(a: Side, b: Side, design: Design, judge: Judge, directory: Path,
         for i in range(len(ops)):
             add(i, design.pairs)
         while True:
-            for c, v in zip(results, judge([c.log_ratios for c in results])):
-                c.verdict = v
+            judged(results, judge)
             more = [i for i, c in enumerate(results)
                     if not c.verdict.conclusive and c.skipped is None and len(c.pairs) < design.max_pairs]
             if not more:
@@ -383,14 +376,31 @@ def compare(a: Side, b: Side, design: Design, judge: Judge, directory: Path,
             for i in more:
                 add(i, min(max(2, design.pairs // 2), design.max_pairs - len(results[i].pairs)))
     except KeyboardInterrupt:  # the points that had their first pairs are judged together, and kept
-        done = [c for c in results if len(c.pairs) >= design.pairs or c.skipped is not None]
-        for c, v in zip(done, judge([c.log_ratios for c in done]) if done else ()):
-            c.verdict = v
-        raise Stopped(done) from None
+        raise Stopped(judged([c for c in results if len(c.pairs) >= design.pairs or c.skipped is not None],
+                             judge)) from None
     finally:
         for s in servers.values():
             if s is not None:
                 s.close()
+
+
+def point_ops(a: Side, b: Side) -> list[tuple[Point, str]]:
+    """The (point, op)s both sides measure; ValueError where they can't be paired."""
+    if "external" in (a.request.framework, b.request.framework):
+        raise ValueError("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                         "interleaved with another worker's")
+    ops = [(p, op) for p in a.request.points for op in p.ops]
+    theirs = [(p.batch_size, op) for p in b.request.points for op in p.ops]
+    if [(p.batch_size, op) for p, op in ops] != theirs:
+        raise ValueError(f"A and B measure different points: {a.request.points} against {b.request.points}")
+    return ops
+
+
+def judged(results: list[Compared], judge: Judge) -> list[Compared]:
+    """The points with their judgments, made together (Benjamini-Hochberg across them)."""
+    for c, v in zip(results, judge([c.log_ratios for c in results]) if results else ()):
+        c.verdict = v
+    return results
 
 
 def server(side: Side, log: Path) -> manager.ForkServer | None:
