@@ -157,6 +157,7 @@ def prepare_store(uri: str, experiment_name: str) -> str:
 # points' metrics are one click away in "Columns".
 COLUMNS = ["attributes.`Description`", "metrics.`points_finished`", "metrics.`points_skipped`",
            "metrics.`points_failed`", "params.`mode`", "params.`batch_size`"]
+VIEW_SETTLE_S = 0.2  # how long a sweep's close waits before it checks that the runs table kept its columns
 ANSWER_COLUMNS = "metrics.`speedup_"  # a sweep's geometric means (report.answer.metric_name), added as sweeps log them
 
 
@@ -164,18 +165,34 @@ def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str
                         shown: tuple[str, ...] = ()) -> None:
     """The experiment's description (what nnbench logs and how to read it) and the runs table's columns (link with
     `?viewStateShareKey=nnbench`): COLUMNS, the answer columns earlier sweeps added and the metrics `shown`; set
-    where they differ."""
+    where they differ. Read back and merged again while another sweep's write took this one's columns out (two
+    sweeps closing at once each read the view before the other wrote it)."""
     key = f"mlflow.sharedViewState.{VIEW}"
+    mine = {f"metrics.`{m}`" for m in shown}
+    for _ in range(5):
+        had = set(answer_columns(tags.get(key)))
+        view = {"selectedColumns": COLUMNS + sorted(had | mine), "orderByKey": "attributes.start_time",
+                "orderByAsc": False}
+        wanted = {NOTE: EXPERIMENT_NOTE, key: json.dumps(view)}
+        if all(tags.get(k) == value for k, value in wanted.items()):
+            return
+        for k, value in wanted.items():
+            if tags.get(k) != value:
+                client.set_experiment_tag(experiment_id, k, value)
+        if not mine:
+            return
+        time.sleep(VIEW_SETTLE_S)  # a write read before this one's lands within milliseconds: then it is seen
+        tags = client.get_experiment(experiment_id).tags
+        if mine <= set(answer_columns(tags.get(key))):
+            return
+
+
+def answer_columns(view: str | None) -> list[str]:
+    """The answer columns a stored view selects ([] for none, or a view not in nnbench's JSON: written anew)."""
     try:
-        had = [c for c in json.loads(tags.get(key, "{}")).get("selectedColumns", []) if c.startswith(ANSWER_COLUMNS)]
-    except (ValueError, AttributeError):  # not nnbench's JSON: written anew
-        had = []
-    answer = sorted(set(had) | {f"metrics.`{m}`" for m in shown})
-    view = {"selectedColumns": COLUMNS + answer, "orderByKey": "attributes.start_time", "orderByAsc": False}
-    wanted = {NOTE: EXPERIMENT_NOTE, key: json.dumps(view)}
-    for k, value in wanted.items():
-        if tags.get(k) != value:
-            client.set_experiment_tag(experiment_id, k, value)
+        return [c for c in json.loads(view or "{}").get("selectedColumns", []) if c.startswith(ANSWER_COLUMNS)]
+    except (ValueError, AttributeError):
+        return []
 
 
 def context_tags() -> dict[str, str]:

@@ -117,3 +117,20 @@ def test_links_open_the_model_training_view():
     assert tracking.run_link("1", "sqlite:///x.db", "abc") == (
         "http://127.0.0.1:5000/#/experiments/1/runs/abc?workflowType=machine_learning")
     assert tracking.run_link("1", "http://server:8080/").startswith("http://server:8080/#/experiments/1/runs?")
+
+
+def test_two_sweeps_closing_at_once_keep_each_others_columns(store, monkeypatch):
+    """Sweep B read the view before sweep A wrote it, and writes just after: A, checking back, merges again."""
+    uri, exp = store
+    client = MlflowClient(uri)
+    stale = client.get_experiment(exp).tags
+    a, b = "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32", "speedup_training_jax-jit_fp32_vs_torch-eager_fp32"
+    real_sleep = tracking.time.sleep
+
+    def b_writes_meanwhile(seconds):  # B's close lands while A waits to check
+        monkeypatch.setattr(tracking.time, "sleep", real_sleep)
+        tracking.describe_experiment(client, exp, stale, (b,))
+
+    monkeypatch.setattr(tracking.time, "sleep", b_writes_meanwhile)
+    tracking.describe_experiment(client, exp, stale, (a,))
+    assert {f"metrics.`{a}`", f"metrics.`{b}`"} <= set(view_columns(uri))
