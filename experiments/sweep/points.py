@@ -10,6 +10,7 @@ import math
 import signal
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -420,8 +421,9 @@ def summary(kept: Kept) -> str:
         parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
     parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
     if r.replaced:
-        parts.append(f"REMEASURED process {', '.join(str(x.process) for x in r.replaced)}: read far off while other "
-                     "programs ran")
+        times = Counter(x.process for x in r.replaced)
+        which = ", ".join(f"{n}" + (f" ({k} times)" if k > 1 else "") for n, k in times.items())
+        parts.append(f"REMEASURED process {which}: read far off while other programs ran")
     if r.unstable:
         parts.append(f"UNSTABLE: {r.hint}")
     status = kept.record.tags.get("profile")

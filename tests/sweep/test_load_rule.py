@@ -131,3 +131,11 @@ def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_ha
     (k,) = kept.done
     assert k.record.outcome == "ok" and len(k.reading.ops["inference"].measurements) == 5
     assert (k.directory / "samples.json").exists() and kept.held == []
+
+
+def test_the_console_line_says_which_process_was_measured_again_and_how_often(tmp_path):
+    from experiments.sweep.points import summary
+
+    far = [result(5.0, busy=1.0) for _ in range(3)]
+    kept, _ = measured(job(), tmp_path, [result(1.0), result(1.1), far[0], result(0.95), result(1.05), *far[1:]])
+    assert "REMEASURED process 3 (2 times): read far off while other programs ran" in summary(kept.done[0])
