@@ -17,7 +17,7 @@ from experiments.measure.reading import read
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
 from experiments.sweep import hydra_errors
-from tests.helpers import ROOT, config, user_env
+from tests.helpers import ROOT, config, user_env, with_store
 
 TORCH = config("framework=torch", "device=cpu")
 
@@ -39,7 +39,7 @@ def log_point(uri, exp_id, parent, version, median, batch, rng, tmp):
 def store(tmp_path_factory):
     """Two sweeps of torch LeNet inference at batch 32 and 128: torch 2.12.0, then 2.13.0 30% slower."""
     tmp = tmp_path_factory.mktemp("doors")
-    (tmp / "mlruns").mkdir()
+    with_store(tmp)
     (tmp / "empty").mkdir()
     (tmp / "junk.db").write_bytes(b"not a database" * 100)
     (tmp / "lines.txt").write_text("TIMING\tJAX\tlenet\t32\t0.001\n")

@@ -2,15 +2,14 @@
 import socket
 
 from experiments import cli
-from tests.helpers import free_port, nnbench, serve
+from tests.helpers import free_port, nnbench, serve, with_store
 
 
 def make_store(tmp_path):
     """A store with the nnbench experiment and no sweep yet, as `open_store` leaves it."""
     from experiments.store import tracking
 
-    (tmp_path / "mlruns").mkdir()
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
     return uri, tracking.open_store(uri, "nnbench")
 
 
@@ -35,7 +34,7 @@ def test_a_busy_port_is_one_line_that_names_port(tmp_path, capsys):
 
 def test_a_tracking_server_gets_its_own_links_and_nothing_started(tmp_path):
     port = free_port()
-    server = serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
+    server = serve(f"sqlite:///{with_store(tmp_path, 'server.db')}/server.db", port, tmp_path / "art")
     try:
         r = nnbench("ui", ["--uri", f"http://127.0.0.1:{port}"], tmp_path)
     finally:

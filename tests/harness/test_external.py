@@ -9,7 +9,7 @@ from experiments.common.lines import Parsed, parse
 from experiments.harness import external
 from experiments.measure.reading import read
 from experiments.common.protocol import Point, Request, Setup
-from tests.helpers import ROOT, budget, run, runs
+from tests.helpers import BRIEF, ROOT, budget, run, runs, with_store
 
 RUNNER = f"{sys.executable} {ROOT / 'runners' / 'reference_runner.py'}"
 TEMPLATE = f"{RUNNER} --model {{model}} --ops {{ops}} --batch-sizes {{batch_sizes}} --name Reference"
@@ -65,7 +65,7 @@ def test_a_bad_runner_fails_every_point_with_its_reason(tmp_path, command, reaso
 @pytest.mark.slow
 def test_an_external_runner_joins_the_sweep_beside_jax_and_torch(tmp_path):
     r = run(["-m", "framework=jax,torch,external", "external.name=Reference", f"external.command='{TEMPLATE}'",
-             "model=mlp_relu", "batch_size=8,32", "ops=[inference]", "bench=quick"], tmp_path)
+             "model=mlp_relu", "batch_size=8,32", "ops=[inference]", *BRIEF], with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df = runs(uri)

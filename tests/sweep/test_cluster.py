@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from experiments.common.config import README_SWEEP as SWEEP
-from tests.helpers import ROOT, run, runs, unavailable
+from tests.helpers import BRIEF, ROOT, run, runs, unavailable, with_store
 
 CLUSTER = ROOT / "tests" / "cluster"
-README_SWEEP = [*SWEEP, "bench=quick"]
+# The README's sweep (both frameworks, LeNet), one point a job at the least budget: the tests compare runs and jobs,
+# not numbers (test_sweep.py runs the whole README sweep)
+README_SWEEP = [*SWEEP, "ops=[inference]", "batch_size=2", *BRIEF]
 POINT = ["params.framework", "params.mode", "params.model", "params.precision", "params.batch_size",
          "params.device", "status"]
 
@@ -49,7 +51,7 @@ def server():
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory):
     """The README sweep with the basic launcher: what a cluster sweep must match."""
-    cwd = tmp_path_factory.mktemp("local")
+    cwd = with_store(tmp_path_factory.mktemp("local"))
     r = run(["-m", *README_SWEEP], cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     return runs(f"sqlite:///{cwd}/mlruns/mlflow.db")
@@ -61,7 +63,7 @@ def same_points(a, b) -> bool:
 
 
 def test_readme_sweep_through_slurm(slurm, local_sweep, tmp_path):
-    r = run(["-m", "hydra/launcher=slurm", *README_SWEEP], tmp_path)
+    r = run(["-m", "hydra/launcher=slurm", *README_SWEEP], with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df, (parent,) = runs(uri), runs(uri, parents=True).itertuples()
@@ -75,7 +77,8 @@ def test_readme_sweep_through_slurm(slurm, local_sweep, tmp_path):
 
 def test_readme_sweep_with_submitit_local(local_sweep, tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    r = run(["-m", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1", *README_SWEEP], tmp_path)
+    r = run(["-m", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1", *README_SWEEP],
+            with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert same_points(runs(uri), local_sweep)
@@ -102,7 +105,7 @@ def test_two_sweeps_at_once_into_the_server(server, tmp_path):
     def sweep(name, fw):
         (tmp_path / name).mkdir()
         results[name] = run(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", f"framework={fw}",
-                             "model=mlp_relu", "batch_size=8,32", "ops=[inference]", "bench=quick"], tmp_path / name,
+                             "model=mlp_relu", "batch_size=8,32", "ops=[inference]", *BRIEF], tmp_path / name,
                             MLFLOW_TRACKING_URI=server)
 
     threads = [threading.Thread(target=sweep, args=(n, fw)) for n, fw in (("a", "jax"), ("b", "torch"))]
@@ -187,7 +190,7 @@ def test_a_sweep_into_an_authenticated_server_keeps_the_password_out(auth_server
     creds = {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
     point = ["-m", "framework=torch", "model=mlp_relu", "ops=[inference]", "bench=quick"]
     (tmp_path / "env").mkdir()
-    r = run([*point, "batch_size=8"], tmp_path / "env", MLFLOW_TRACKING_URI=uri, **creds)
+    r = run([*point, *BRIEF[1:], "batch_size=8"], tmp_path / "env", MLFLOW_TRACKING_URI=uri, **creds)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "1 finished, 0 skipped, 0 failed"
     home = tmp_path / "home"

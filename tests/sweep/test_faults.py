@@ -17,7 +17,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from experiments.store import tracking
-from tests.helpers import free_port, nnbench, run, runs, serve, user_env
+from tests.helpers import free_port, nnbench, run, runs, serve, user_env, with_store
 from tests.helpers.faults import KillingProxy, launch, processes_under, remount_readonly, small_disk, wait_for
 
 
@@ -54,7 +54,7 @@ def assert_once_each_and_closed(uri: str, batch_sizes: list[int]) -> None:
 def test_interrupt_keeps_the_finished_points_and_closes_every_run(tmp_path, fake_python, signum, sweep):
     """Ctrl-C reaches the whole process group (a terminal); SLURM's time limit sends SIGTERM to the main process."""
     args = ["-m", "model=lenet,mlp_relu"] if sweep else ["model=lenet"]
-    proc = launch([*args, "framework=torch", "bench=quick", f"runtime.python={fake_python}"], tmp_path,
+    proc = launch([*args, "framework=torch", "bench=quick", f"runtime.python={fake_python}"], with_store(tmp_path),
                   FAKE_FAULT="none", FAKE_LONG_POINT="2", FAKE_MEDIAN_PER_BATCH="1")
     pattern = "multirun/*/*/*/points/*/record.json" if sweep else "outputs/*/*/points/*/record.json"
     saved = lambda: sorted(tmp_path.glob(pattern))  # noqa: E731
@@ -115,7 +115,7 @@ def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake
     r = run(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2,4,8", "bench=quick",
              f"runtime.python={fake_python}", "+hydra.callbacks.signal_self._target_=tests.helpers.callbacks.SignalSelf",
              "+hydra.callbacks.signal_self.after_job=1", f"+hydra.callbacks.signal_self.went_on={tmp_path}/went_on"],
-            tmp_path, FAKE_FAULT="none")
+            with_store(tmp_path), FAKE_FAULT="none")
     assert r.returncode == 143, r.stderr[-3000:]
     assert (tmp_path / "went_on").exists()  # the signal did not raise inside Hydra's code
     lines = r.stderr.strip().splitlines()
@@ -133,7 +133,7 @@ def test_a_job_that_cannot_read_the_sweep_state_costs_only_its_points(tmp_path, 
     pass Hydra by and leave the parent RUNNING)."""
     r = run(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2,4,8", "bench=quick",
              f"runtime.python={fake_python}", "+hydra.callbacks.hide._target_=tests.helpers.callbacks.HideSweepState",
-             "+hydra.callbacks.hide.job=1"], tmp_path, FAKE_FAULT="none")
+             "+hydra.callbacks.hide.job=1"], with_store(tmp_path), FAKE_FAULT="none")
     assert r.returncode == 1, r.stderr[-3000:]
     assert "not run: " in r.stdout  # the job's one logged line
     assert r.stderr.strip().splitlines()[-1].startswith("nnbench: error: 2 finished, 0 skipped, 0 failed, 1 lost")
@@ -148,7 +148,7 @@ def test_sigterm_after_the_last_line_leaves_a_closed_sweep(tmp_path, fake_python
     """A signal that comes once the sweep has printed its last line (Python tearing down) neither kills the process
     outright nor reopens what was closed: exit 0, the parent FINISHED."""
     proc = launch(["-m", "model=mlp_relu", "framework=torch", "ops=[inference]", "batch_size=2", "bench=quick",
-                   f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none")
+                   f"runtime.python={fake_python}"], with_store(tmp_path), FAKE_FAULT="none")
     while (line := proc.stdout.readline()) and "finished, 0 skipped" not in line:
         pass
     time.sleep(delay_s)
@@ -164,6 +164,7 @@ def test_server_killed_while_logging_leaves_nothing_running_or_twice(tmp_path, f
     one line; the next sweep closes the runs left RUNNING; upload completes the half-logged run and logs the
     rest, each point exactly once."""
     port, store, art = free_port(), f"sqlite:///{tmp_path}/server.db", tmp_path / "art"
+    with_store(tmp_path, "server.db")
     server = serve(store, port, art)
     # log-batch requests: 1 the parent's params, 2 point bs2, 3 point bs8 (killed: its run stays half-logged)
     proxy = KillingProxy(port, server, "/runs/log-batch", nth=3)
@@ -200,8 +201,8 @@ def test_server_killed_while_logging_leaves_nothing_running_or_twice(tmp_path, f
 @pytest.mark.slow
 def test_full_disk_stops_the_sweep_in_one_line_and_keeps_what_was_saved(tmp_path, fake_python):
     with small_disk(tmp_path / "disk", 24) as disk:
-        r = run(["-m", "framework=torch", "model=lenet,mlp_relu", "bench=quick", f"runtime.python={fake_python}"], disk,
-                FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1", FAKE_FILL_DISK=str(disk / "junk"))
+        r = run(["-m", "framework=torch", "model=lenet,mlp_relu", "bench=quick", f"runtime.python={fake_python}"],
+                with_store(disk), FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1", FAKE_FILL_DISK=str(disk / "junk"))
         assert r.returncode == 1
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("nnbench: error: stopped (No space left on device"), r.stderr
@@ -221,7 +222,7 @@ def test_full_disk_stops_the_sweep_in_one_line_and_keeps_what_was_saved(tmp_path
 def test_read_only_store_is_rejected_before_anything_runs(tmp_path, fake_python):
     with small_disk(tmp_path / "disk", 24) as disk:
         first = run(["framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick",
-                     f"runtime.python={fake_python}"], disk, FAKE_FAULT="none")
+                     f"runtime.python={fake_python}"], with_store(disk), FAKE_FAULT="none")
         assert first.returncode == 0, first.stderr
         remount_readonly(disk)
         r = run(["-m", "framework=torch", "model=mlp_relu", "bench=quick", f"runtime.python={fake_python}"], disk,

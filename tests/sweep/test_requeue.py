@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fake_interpreter
+from tests.helpers import fake_interpreter, with_store
 from tests.helpers.faults import launch, wait_for
 from tests.sweep.test_faults import assert_once_each_and_closed
 
@@ -83,7 +83,7 @@ def requeued_and_slurmd_killed(slurm, fake, tmp_path_factory):
     measures its second point (`scontrol requeue`, what a preemption does); while job 1 measures its second, the
     node's slurmd is killed (SIGKILL) and started again 10 s later, before the job ends (a job that ended meanwhile
     would wait for slurmd to report it)."""
-    cwd = tmp_path_factory.mktemp("requeue")
+    cwd = with_store(tmp_path_factory.mktemp("requeue"))
     proc = launch(["-m", *FAKE, "model=lenet,mlp_relu", f"runtime.python={fake}"], cwd, FAKE_FAULT="none",
                   FAKE_DELAY_S="3", FAKE_MEDIAN_PER_BATCH="1")
     wait_for(lambda: saved(cwd, 0) >= 1 or proc.poll() is not None, "job 0's first point", 300)
@@ -120,7 +120,7 @@ def test_time_limit_requeues_then_fails_the_rest_with_the_reason(slurm, fake, tm
     its worker, submitit requeues it, the next run measures what is left until the second signal, and the points
     still left become FAILED runs that say why."""
     proc = launch(["-m", *FAKE, "model=lenet", f"runtime.python={fake}", "hydra.launcher.timeout_min=5",
-                   "hydra.launcher.max_num_timeout=1"], tmp_path, FAKE_FAULT="none", FAKE_DELAY_S="3",
+                   "hydra.launcher.max_num_timeout=1"], with_store(tmp_path), FAKE_FAULT="none", FAKE_DELAY_S="3",
                   FAKE_MEDIAN_PER_BATCH="1")
     for n in (1, 3):
         wait_for(lambda: saved(tmp_path, 0) >= n or proc.poll() is not None, f"{n} points", 300)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import run, runs
+from tests.helpers import run, runs, with_store
 from tests.helpers.faults import launch, wait_for
 
 SWEEP = ["-m", "framework=torch", "model=mlp_relu", "ops=[inference]", "bench=quick", "bench.min_time_s=1"]  # 6 points, >= 6 s
@@ -42,7 +42,7 @@ def check_resumed(cwd, before, *launcher: str):
 
 
 def test_sigterm_then_resume(tmp_path):
-    proc = launch(SWEEP, tmp_path)
+    proc = launch(SWEEP, with_store(tmp_path))
     wait_for(lambda: saved(tmp_path) >= 2, "two points measured")
     proc.send_signal(signal.SIGTERM)  # what SLURM sends at a time limit
     out, err = proc.communicate(timeout=120)
@@ -57,7 +57,7 @@ def test_sigterm_then_resume(tmp_path):
 def test_scancel_on_slurm_then_resume(tmp_path, slurm):
     """A job cancelled on SLURM (SIGTERM to every process of the job): points kept, the sweep's parent KILLED, and
     resume=true through SLURM again measures only what is missing."""
-    proc = launch([*SWEEP, "hydra/launcher=slurm"], tmp_path)
+    proc = launch([*SWEEP, "hydra/launcher=slurm"], with_store(tmp_path))
     wait_for(lambda: saved(tmp_path) >= 2, "two points measured by the SLURM job")
     job_ids = {json.loads(p.read_text())["tags"]["slurm_job_id"]
                for p in tmp_path.glob("multirun/**/points/*/record.json")}

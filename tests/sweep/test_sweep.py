@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.common.protocol import STATS
-from tests.helpers import ROOT, free_port, nnbench, run, runs, serve, user_env
+from tests.helpers import BRIEF, ROOT, free_port, nnbench, run, runs, serve, user_env, with_store
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_gpu_without_gpu_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path, fake_python):
     r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick",
-             f"runtime.python={fake_python},null"], cwd=tmp_path, FAKE_FAULT="early")
+             f"runtime.python={fake_python},null"], cwd=with_store(tmp_path), FAKE_FAULT="early")
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert sorted(df["status"]) == ["FAILED", "FINISHED"]
@@ -187,10 +187,10 @@ def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path, fake_python):
 @pytest.mark.slow
 def test_tracking_server_via_environment(tmp_path):
     port = free_port()
-    server = serve(f"sqlite:///{tmp_path}/server.db", port, tmp_path / "art")
+    server = serve(f"sqlite:///{with_store(tmp_path, 'server.db')}/server.db", port, tmp_path / "art")
     uri = f"http://127.0.0.1:{port}"
     try:
-        r = run(["framework=torch", "model=mlp_relu", "batch_size=4", "bench=quick"], cwd=tmp_path,
+        r = run(["framework=torch", "model=mlp_relu", "batch_size=4", *BRIEF], cwd=tmp_path,
                 MLFLOW_TRACKING_URI=uri)
         assert r.returncode == 0, r.stderr[-3000:]
         df = runs(uri)
@@ -210,7 +210,7 @@ SPEEDUP = "speedup_{op}_jax-jit_fp32_vs_torch-eager_fp32"  # the README sweep's 
 def test_an_op_the_model_lacks_is_a_finished_run_marked_skipped(tmp_path):
     """matmul_chain has constant weights, so no training step: FINISHED with outcome=skipped, not KILLED."""
     r = run(["framework=torch", "model=matmul_chain", "model.n=64", "batch_size=4", "ops=[training]", "bench=quick"],
-            cwd=tmp_path)
+            cwd=with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert df["status"].tolist() == ["FINISHED"] and df["tags.outcome"].tolist() == ["skipped"] and "constant weights" in df["tags.skip_reason_training"][0]
@@ -342,7 +342,8 @@ def test_parent_structure_holds_with_other_launchers(tmp_path, fake_python, laun
     pytest.importorskip(f"hydra_plugins.hydra_{launcher.split('_')[0]}_launcher")
     extra = ["hydra.launcher.n_jobs=1"] if launcher == "joblib" else []
     r = run(["-m", f"hydra/launcher={launcher}", *extra, "framework=jax,torch", "model=mlp_relu", "batch_size=8",
-             "ops=[inference]", "bench=quick", f"runtime.python={fake_python}"], cwd=tmp_path, FAKE_FAULT="none")
+             "ops=[inference]", "bench=quick", f"runtime.python={fake_python}"], cwd=with_store(tmp_path),
+            FAKE_FAULT="none")
     assert r.returncode == 0, r.stderr[-3000:]
     if launcher == "joblib":
         assert "Joblib.Parallel" in r.stdout + r.stderr
@@ -373,13 +374,13 @@ def test_store_lost_mid_sweep_keeps_every_point_for_upload(tmp_path, fake_python
     """The store breaks after the sweep opened it: the jobs measure on, say how to recover, and upload logs all."""
     store = tmp_path / "mlruns" / "mlflow.db"
     r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2,8", "bench=quick", f"runtime.python={fake_python}"],
-            cwd=tmp_path, FAKE_FAULT="none", FAKE_BREAK_STORE=str(store))
+            cwd=with_store(tmp_path), FAKE_FAULT="none", FAKE_BREAK_STORE=str(store))
     out = r.stdout + r.stderr
     assert out.count("could not log") == 2 and "nnbench upload" in out
     assert r.returncode == 1 and "could not finish the sweep's report" in r.stderr.strip().splitlines()[-1]
     saved = list(tmp_path.glob("multirun/**/points/*/record.json"))
     assert len(saved) == 2 and not list(tmp_path.glob("multirun/**/points/*/mlflow_run_id"))
-    uri = f"sqlite:///{tmp_path}/elsewhere.db"
+    uri = f"sqlite:///{with_store(tmp_path, 'elsewhere.db')}/elsewhere.db"
     up = nnbench("upload", [str(tmp_path / "multirun"), "--uri", uri], tmp_path)
     assert up.returncode == 0, up.stderr
     df = runs(uri)
