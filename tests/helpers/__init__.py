@@ -2,10 +2,13 @@
 a real MLflow server."""
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +31,10 @@ TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3},
 # modern ones on fewer ops, to keep the suite's time.
 SEEDS = ("lenet", "matmul_chain", "mlp_batchnorm", "mlp_gelu", "mlp_relu", "resnet")
 FORMAT = {"jax": "nhwc", "torch": "contiguous"}  # each framework's default framework.memory_format
+# bench=quick cut further, for a sweep whose test asserts what the sweep does (its runs, statuses, lines), not what
+# it measured: a few samples per op, no warm-up time, no check of the machine's noise.
+BRIEF = ("bench=quick", "bench.max_time_s=0.05", "bench.min_samples=3", "bench.warmup_s=0",
+         "bench.machine_check_s=0")
 
 
 def tiny(name: str) -> models.ModelSpec:
@@ -98,6 +105,24 @@ def runs(uri: str, parents: bool = False):
     df = mlflow.search_runs(experiment_names=["nnbench"])
     is_parent = df.get("tags.nnbench.sweep", pd.Series("", index=df.index)).eq("true")
     return df[is_parent] if parents else df[~is_parent]
+
+
+@functools.cache
+def _empty_store() -> Path:
+    """An SQLite store with MLflow's tables made and no run, made once per process."""
+    from mlflow.tracking import MlflowClient
+
+    path = Path(tempfile.mkdtemp(prefix="nnbench-empty-store-")) / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()  # creates and migrates the tables
+    return path
+
+
+def with_store(cwd: Path, name: str = "mlruns/mlflow.db") -> Path:
+    """`cwd` holding an empty store at `name` (default: the default store), as after a user's first command: a
+    store's migrations take seconds in every new one. Tests of a store's creation start without one."""
+    (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_empty_store(), cwd / name)
+    return cwd
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
