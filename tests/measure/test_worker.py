@@ -14,15 +14,6 @@ REQUEST = Request("jax", Setup("fp32", "auto", compile=True, memory_format="nhwc
 OTHER = {"jax": "torch", "torch": "jax"}
 
 
-def measure(tmp_path, req: Request) -> PointResult:
-    (tmp_path / "request.json").write_text(req.to_json())
-    out = tmp_path / "results.jsonl"
-    subprocess.run([sys.executable, "-m", "experiments.measure.worker", str(tmp_path / "request.json"), str(out)], cwd=ROOT,
-                   env=manager.environ(), check=True, capture_output=True)
-    (line,) = out.read_text().splitlines()
-    return PointResult.from_json(line)
-
-
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, framework):
     setup = Setup("fp32", "auto", compile=framework == "jax", memory_format=FORMAT[framework])
@@ -46,9 +37,6 @@ def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, fr
         assert r.status == "ok" and r.device == "cpu" and r.stats.n_samples == len(r.measurement.samples_s)
         assert r.stats.ci95_low_s <= r.stats.median_s <= r.stats.ci95_high_s
         assert r.metrics()["calls_per_block"] == r.measurement.block >= 1
-
-
-def test_jit_compile_lands_in_first_call(tmp_path):
-    """The first call holds the trace and compile: with jit it is far slower than a steady call."""
-    stats = measure(tmp_path, REQUEST).ops["training"].stats
-    assert stats.first_call_s > 10 * stats.median_s
+    if framework == "jax":  # the first call holds the trace and compile: with jit it is far slower than a steady call
+        stats = line.ops["training"].stats
+        assert stats.first_call_s > 10 * stats.median_s

@@ -1,19 +1,23 @@
 """Every bad input a new user is likely to type is rejected in one line, before anything is written or measured.
 
-Each case runs `python -m experiments.run` in a fresh folder, as a user would; the cases run in parallel threads
-(each is a subprocess that only composes and checks), so the catalogue costs about half a minute.
+Each case runs `experiments.run` as `python -m` does (runpy, as `__main__`, its arguments in sys.argv) in a fresh
+folder and a fresh process: one process imports the entry point's modules once (a second of CPU that every case
+would otherwise pay again) and forks a process per case, four at a time.
 """
+import json
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pytest
 
 from experiments.sweep.hydra_errors import options
-from tests.helpers import free_port, gpu_visible, run, tree
+from tests.helpers import free_port, gpu_visible, tree, user_env
 
 FRAMEWORKS = f"(choose {', '.join(options('framework'))})"
 
@@ -118,6 +122,33 @@ CASES = [
 ]
 
 
+# Reads [{cwd, args, out, err}] on stdin, prints each command's exit code. A child is `python -m experiments.run ARGS`
+# run from `cwd` but for the imports its parent did: sys.path[0] is '' (the cwd), as with -m.
+FORKED = """
+import json, os, runpy, sys
+import experiments.run  # its modules, imported once for every case; runpy runs it afresh as __main__ in each child
+del sys.modules["experiments.run"], sys.modules["experiments"].run  # as before `python -m`: not imported yet
+commands, codes, running = json.load(sys.stdin), {}, {}
+for i, c in enumerate(commands):
+    if len(running) == 4:
+        pid, status = os.wait()
+        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(c["cwd"])
+        for fd, path in ((1, c["out"]), (2, c["err"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["-m", *c["args"]]  # runpy sets argv[0] to the module's file
+        runpy.run_module("experiments.run", run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    running[pid] = i
+while running:
+    pid, status = os.wait()
+    codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
+print(json.dumps([codes[i] for i in range(len(commands))]))
+"""
+
+
 @pytest.fixture(scope="module")
 def outcomes(request, tmp_path_factory):
     """Run the selected cases at once: {case id: (folder listing before, after, completed process)}."""
@@ -125,16 +156,22 @@ def outcomes(request, tmp_path_factory):
               if item.originalname == "test_bad_input_is_rejected_in_one_line"]
     port = free_port()  # nothing listens there
 
-    folders = [tmp_path_factory.mktemp(case.id) for case in wanted]  # here: pytest's mktemp is not thread-safe
-
-    def attempt(case: Case, cwd: Path):
+    folders = [tmp_path_factory.mktemp(case.id) for case in wanted]
+    outputs = tmp_path_factory.mktemp("outputs")  # each case's stdout and stderr, outside its folder
+    befores, commands = [], []
+    for i, (case, cwd) in enumerate(zip(wanted, folders)):
         case.setup(cwd)
-        before = tree(cwd)
+        befores.append(tree(cwd))
         args = [*([] if case.single else ["-m"]), "bench=quick", *(a.replace("PORT", str(port)) for a in case.args)]
-        return before, run(args, cwd), cwd
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip([c.id for c in wanted], pool.map(attempt, wanted, folders)))
+        commands.append({"cwd": str(cwd), "args": args, "out": str(outputs / f"{i}.out"),
+                         "err": str(outputs / f"{i}.err")})
+    r = subprocess.run([sys.executable, "-c", FORKED], input=json.dumps(commands), env=user_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    codes = json.loads(r.stdout)
+    return {case.id: (before, SimpleNamespace(returncode=code, stdout=Path(c["out"]).read_text(),
+                                              stderr=Path(c["err"]).read_text()), cwd)
+            for case, before, c, code, cwd in zip(wanted, befores, commands, codes, folders)}
 
 
 @pytest.mark.slow
