@@ -477,7 +477,8 @@ class Paired(Bisect):
                                 f"{vs[0]} may be spread over several versions (nnbench versions shows each step)")
         else:
             head = note if self.unsettled else f"no change found: {note}"
-        tail = (f"compared {len(self.steps)} pairs of versions paired, measuring {len(answer['measured'])} of "
+        n = len(self.steps)
+        tail = (f"{n} paired comparison{'s' * (n != 1)}, measuring {len(answer['measured'])} of "
                 f"{len(vs)} versions ({', '.join(answer['measured']) or 'none'}); skipped: "
                 f"{', '.join(self.skipped) or 'none'}")
         lines = [f"  {r['b'].split('==')[-1]} against {r['a'].split('==')[-1]}: {step(r)}" for r in self.steps]

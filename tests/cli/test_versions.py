@@ -157,6 +157,10 @@ def runs_named(uri, prefix):
     return df[df["tags.mlflow.runName"].str.startswith(prefix)].iloc[0]
 
 
+EXTERNAL = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
+            "another worker's; add --unpaired")
+
+
 @pytest.mark.parametrize("argv,message", [
     (["versions", "model=lenet"], "no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 "
                                   "model=lenet"),
@@ -172,18 +176,14 @@ def runs_named(uri, prefix):
     (["versions", "nnbench-planted==1.0,1.1", "--bursts", "0", "--", *TORCH], "--bursts 0: at least 1"),
     (["versions", "nnbench-planted==1.0,1.1", "--paired", "--repeats", "2", "--", *TORCH],
      "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
-    (["versions", "nnbench-planted==1.0,1.1", "--", *POINT], "framework=external can't be paired: its runner times "
-                                                            "itself, so its bursts can't be interleaved with another "
-                                                            "worker's; add --unpaired"),
+    (["versions", "nnbench-planted==1.0,1.1", "--", *POINT], EXTERNAL),
     (["versions", "nnbench-planted==1.0,1.1", "--paired", "--unpaired", "--", *TORCH],
      "argument --unpaired: not allowed with argument --paired"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--pairs", "3", *POINT],
      "--pairs set the paired comparison: drop --unpaired"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", "--unpaired", *POINT],
      "--order set the paired comparison: drop --unpaired"),
-    (["bisect", "nnbench-planted", "1.0..1.7", *POINT], "framework=external can't be paired: its runner times "
-                                                        "itself, so its bursts can't be interleaved with another "
-                                                        "worker's; add --unpaired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", *POINT], EXTERNAL),
     (["bisect", "nnbench-planted", "1.0..1.7", "--repeats", "2", *TORCH],
      "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--max-pairs", "3", *TORCH], "--max-pairs 3 is below --pairs 6"),
