@@ -32,7 +32,8 @@ def add_environments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=Path, help="the environments' cache (default: $NNBENCH_ENV_CACHE, else "
                                               "~/.cache/nnbench/envs)")
     p.add_argument("--repeats", type=positive("--repeats", "3", int), default=1,
-                   help="rounds of the sweep, interleaved (repeat=0..N-1; default %(default)s)")
+                   help="rounds of the unpaired sweep (--unpaired), interleaved (repeat=0..N-1; default "
+                        "%(default)s)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object on stdout; the "
