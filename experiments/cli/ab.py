@@ -36,9 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 
 
-def add_design(p: argparse.ArgumentParser) -> None:
-    """How each point is compared paired: pairs, bursts, their length and order, the verdict's threshold and alpha
-    (`nnbench ab` and `nnbench versions --paired`)."""
+def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
+    """How each point is compared paired: pairs, bursts, their length and order, and (`verdict`) the verdict's
+    threshold and alpha (`nnbench ab`, `versions`; `bisect` has its own, shared with its unpaired search)."""
     from experiments.harness.pairs import BURST_S, MAX_PAIRS, ORDERS, PAIRS, ROUNDS  # light: no framework
     from experiments.report.verdict import ALPHA, PAIRED_THRESHOLD
 
@@ -49,6 +49,8 @@ def add_design(p: argparse.ArgumentParser) -> None:
                    help="bursts per side per pair, one per round (default %(default)s)")
     p.add_argument("--burst-ms", type=float, default=BURST_S * 1e3, help="burst length (default %(default)g ms)")
     p.add_argument("--order", choices=ORDERS, default="abba", help="the sides' order in each round")
+    if not verdict:
+        return
     p.add_argument("--threshold", type=fraction, default=PAIRED_THRESHOLD,
                    help="slower/faster beyond, no change within 1 ± this: 0.03 or 3%% (default %(default)s)")
     p.add_argument("--alpha", type=float, default=ALPHA,

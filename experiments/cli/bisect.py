@@ -2,28 +2,46 @@
 `nnbench bisect jax 0.10.0..0.10.2 model=lenet ops=[training] batch_size=128`.
 
 Lists the package's released versions in the range A..B (both included) from the package index (pip's view: its
-configuration, --index-url and --find-links apply; --pre adds pre-releases and nightlies), measures both ends, each
-in its own environment (as `nnbench versions` builds them), and stops when they don't differ. Else it halves the
-range with the verdict (Welch's t on per-process medians): a version that differs from the last one at the start's
-level holds the change or follows it. It measures about log2(n) versions; a version that can't be installed is
-skipped and said, and runs already in the store for the same point and environment (fingerprint) are reused.
-Where several changes lie in the range it names the first one away from the start's level (nnbench history over
-`nnbench versions` shows them all).
+configuration, --index-url and --find-links apply; --pre adds pre-releases and nightlies), builds each probed version's
+environment (as `nnbench versions` builds them) and halves the range: a version at the start's level moves the
+range's start up to it, a changed one moves its end down. It probes about log2(n) versions; a version that can't be
+installed is skipped and said. The overrides must make one point: one model, one op, one batch size.
 
-It names the first version at which the point changed with the evidence: both neighbours' medians and intervals,
-the ratio with its interval, and the verdict; all of it, with a trend plot that marks the change, goes into one
-parent run `bisect <package> A..B · <model> <op> bs<batch>` (the sweeps nested under it). The overrides must make
-one point: one model, one op, one batch size. See docs/comparing.md.
+Each step is judged paired, as `nnbench ab runtime.python=START,PROBE` would: fresh pairs of warm workers, one in the
+start's environment and one in the probe's, alternating short bursts while the other is stopped (about a minute and a
+half per step on 2 cores; --pairs, --max-pairs, --bursts, --burst-ms, --order). Every step compares the probe with
+the start, not with its nearest known neighbour: each verdict then answers the one question a bisection needs (is
+this version still at the start's level?), while chained neighbour verdicts of "no change within ±3%" could drift
+step by step beyond the threshold unseen; and the start's workers run beside every probe's, so no verdict compares
+measurements taken apart in time. "slower" or "faster" beyond --threshold (3%) moves the end, "no change" (the
+interval inside ±3%) the start; an inconclusive step gets more pairs, up to --max-pairs, and if still inconclusive
+the bisect says so in one line (the versions and where the change lies) instead of guessing, and exits 1. The first
+changed version is then compared with its neighbour, paired, for the evidence: its ratio, interval and pairs. Each
+step is an `ab` run (with a child run per point, every burst kept) under one parent run
+`bisect <package> A..B · <model> <op> bs<batch>`, tagged `first_changed`. --paired is the default, accepted.
+
+--unpaired measures each probed version's sweep instead and judges it by Welch's t on per-process medians against
+the last version at the start's level (--threshold 5%): fast, and it reuses runs already in the store for the same
+point and environment (fingerprint), but blind to changes below tens of percent on a shared machine; it is the way
+for framework=external, whose runner times itself and can't be paired. Its evidence is both neighbours' medians and
+intervals, and a trend plot that marks the change. Where several changes lie in the range either names the first
+one away from the start's level (`nnbench versions` over the range shows each step). See docs/comparing.md.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import math
+import tempfile
+from pathlib import Path
 
-from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
+from experiments.cli import ab
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
+                                          sweep, sweep_jobs)
 from experiments.common.errors import OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
+from experiments.report.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD, Verdict, judge
 from experiments.store.uris import store_uri, validate
 
 
@@ -32,11 +50,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("range", metavar="A..B", help="versions from A to B, both included, e.g. 0.10.0..0.10.2")
     p.add_argument("overrides", nargs="*", help="the sweep's overrides, for one point: e.g. model=lenet "
                                                 "ops=[training] batch_size=128")
-    p.add_argument("--threshold", type=threshold, default=THRESHOLD,
-                   help="smallest change that counts: a fraction or a percentage (default 0.05, i.e. 5%%)")
+    p.add_argument("--threshold", type=threshold, default=None,
+                   help=f"smallest change that counts: a fraction or a percentage (default {PAIRED_THRESHOLD * 100:g}%% "
+                        f"paired, {THRESHOLD * 100:g}%% with --unpaired)")
     p.add_argument("--alpha", type=probability("--alpha"), default=ALPHA,
                    help="significance level of each comparison (default %(default)s)")
     p.add_argument("--pre", action="store_true", help="include pre-releases and nightlies (.dev) in the range")
+    add_pairing(p, "judge each probed version's sweep by Welch's t on per-process medians instead (fast, reuses "
+                   "stored runs, finds only large changes here; the way for framework=external)")
+    ab.add_design(p, verdict=False)
     add_environments(p)
 
 
@@ -68,6 +90,7 @@ def bisect(a: argparse.Namespace) -> int:
     from experiments.harness import envs
 
     index, how, cache = build_options(a)
+    design = paired_design(a)
     try:
         envs.in_range([], a.range)  # the range's form first: "is not A..B", "runs backwards"
         pre = a.pre or any(Version(b).is_prerelease for b in a.range.split("..") if b)
@@ -88,13 +111,39 @@ def bisect(a: argparse.Namespace) -> int:
         n = sum(len(p.ops) for j in jobs for p in j.points)
         raise BadInput(f"the overrides make {n} measured ops; bisect follows one: give one model, one op and one "
                        "batch size, e.g. model=lenet ops=[training] batch_size=128")
-    if jobs[0].config.bench.processes * a.repeats < 2:
-        raise BadInput("bisect judges versions by their processes, and this sweep measures one per version: use "
-                       "bench=default (5 processes), or bench.processes=5, or --repeats 5")
-    return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
+    if design is None and jobs[0].config.bench.processes * a.repeats < 2:
+        raise BadInput("bisect --unpaired judges versions by their processes, and this sweep measures one per "
+                       "version: use bench=default (5 processes), or bench.processes=5, or --repeats 5")
+    if design is not None and str(jobs[0].config.framework.name) == "external":
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       "interleaved with another worker's; add --unpaired")
+    if design is None:
+        return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
+    return Paired(a, uri, jobs[0], versions, index, how, cache, design).run()
+
+
+def paired_design(a: argparse.Namespace):
+    """The paired design of the flags (None with --unpaired), and the threshold's default for the search chosen;
+    BadInput naming the fix for a flag that doesn't fit, before anything is listed or built."""
+    given = design_given(a, lambda p: ab.add_design(p, verdict=False))
+    if a.unpaired:
+        if given:
+            raise BadInput(f"{', '.join(given)} set the paired comparison: drop --unpaired")
+        a.threshold = THRESHOLD if a.threshold is None else a.threshold
+        return None
+    if a.repeats != 1:
+        raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
+    a.threshold = PAIRED_THRESHOLD if a.threshold is None else a.threshold
+    return ab.design_of(a)
+
+
+class Interrupted(Exception):
+    """A Ctrl-C inside a step's paired comparison (ab has said so and closed its own run)."""
 
 
 class Bisect:
+    """The bisection judged unpaired (--unpaired): each probed version's sweep, Welch's t on process medians."""
+
     def __init__(self, a, uri, job, versions, index, how, cache):
         from experiments.harness import envs  # packaging and mlflow: only once the arguments are validated
         from experiments.store import tracking
@@ -199,18 +248,24 @@ class Bisect:
 
         a, vs = self.a, self.versions
         self.say(f"{len(vs)} versions of {a.package} in {a.range}: {', '.join(vs)}")
-        self.parent = tracking.start_parent(self.uri, self.exp_id, self.title, {
-            "package": a.package, "range": a.range, "versions": " ".join(vs), "overrides": " ".join(a.overrides),
-            "threshold": a.threshold, "alpha": a.alpha, "repeats": a.repeats}, kind="bisect")
+        self.parent = tracking.start_parent(self.uri, self.exp_id, self.title, self.params(), kind="bisect")
         try:
             found, note = self.search()
+        except Interrupted:
+            tracking.set_status(self.uri, self.parent, "KILLED")
+            return ab.INTERRUPTED
         except BaseException:
             tracking.set_status(self.uri, self.parent, "KILLED")
             raise
-        self.report(found, note)
+        code = self.report(found, note)
         if hasattr(a, "answer"):  # --json
             a.answer.update(self.answer(found, note))
-        return OK
+        return code
+
+    def params(self) -> dict:
+        a = self.a
+        return {"package": a.package, "range": a.range, "versions": " ".join(self.versions),
+                "overrides": " ".join(a.overrides), "threshold": a.threshold, "alpha": a.alpha, "repeats": a.repeats}
 
     def search(self):
         """(lo, hi, verdict) of the first change, or None; and what to say about it."""
@@ -257,7 +312,7 @@ class Bisect:
             out |= {"before": vs[lo], "ratio": v.ratio, "ci95": [v.ci_low, v.ci_high], "p_value": v.p_value}
         return out
 
-    def report(self, found, note: str) -> None:
+    def report(self, found, note: str) -> int:
         """The evidence on the console and in the parent run (report, CSVs, trend plot with the change marked)."""
         import pandas as pd  # pandas and matplotlib are slow to import: only at the end
         from experiments.cli.history import log
@@ -306,3 +361,142 @@ class Bisect:
             "measured": " ".join(measured), "skipped": " ".join(self.skipped)})
         log(self.uri, self.a.experiment, self.title, s, r, measured, by, None, {}, parent=self.parent, note=text)
         print(f"parent run {self.parent} in {self.uri}")
+        return OK
+
+
+class Paired(Bisect):
+    """The bisection judged paired (the default): each step an `ab` comparison of the start's environment against the
+    probe's on the one point, nested under the bisect's parent run."""
+
+    def __init__(self, a, uri, job, versions, index, how, cache, design):
+        super().__init__(a, uri, job, versions, index, how, cache)
+        self.design = design
+        self.steps: list[dict] = []  # ab's rows (B/A: the newer over the older), in the order compared
+        self.unsettled = False  # a step stayed inconclusive at --max-pairs: the bisect stopped there
+        self.out = Path(tempfile.mkdtemp(prefix="nnbench-bisect-"))
+
+    def params(self) -> dict:
+        d = self.design
+        return super().params() | {"paired": "true", "pairs": d.pairs, "max_pairs": d.max_pairs, "bursts": d.rounds,
+                                   "burst_ms": f"{d.burst_s * 1e3:g}", "order": d.order}
+
+    def label(self, v: str) -> str:
+        return f"{self.a.package}=={v}"
+
+    def compared(self, old: str, new: str) -> dict | None:
+        """ab's row of `new` against `old` on the point, compared now or earlier in this bisect; None where the op
+        can't run in one of them (`new` skipped, and said)."""
+        sides = [self.label(old), self.label(new)]
+        row = next((r for r in self.steps if [r["a"], r["b"]] == sides), None)
+        if row is None:
+            comparison = ab.checked("runtime.python", [f"'{self.envs[v].python}'" for v in (old, new)],
+                                    self.a.overrides, sides)
+            store = ab.Store.open(self.uri, self.a.experiment, comparison, self.design, self.parent)
+            rows = ab.measure(comparison, self.design, self.a.threshold, self.a.alpha, self.out / f"{old}-{new}",
+                              store, "nnbench bisect")
+            if rows is None:
+                raise Interrupted()
+            (row,) = rows
+            self.steps.append(row)
+            self.say(f"{new} against {old}: {step(row)}")
+        if row["skipped"]:
+            self.skipped[new] = f"the op can't run: {row['skipped']}"
+        return None if row["skipped"] else row
+
+    def level(self, start: int, i: int) -> tuple[Verdict, dict] | None:
+        """The version at `i` against the start, paired: the verdict and ab's row; None where it is skipped."""
+        vs = self.versions
+        if self.env(vs[i]) is None or (row := self.compared(vs[start], vs[i])) is None:
+            return None
+        return Verdict(row["verdict"]), row
+
+    def search(self):
+        """(lo, hi, the neighbours' row) of the first change, or None; and what to say about it."""
+        vs = self.versions
+        start = next((i for i, v in enumerate(vs) if self.env(v) is not None), None)
+        hi, judged = len(vs) - 1, None
+        while start is not None and hi > start and (judged := self.level(start, hi)) is None:
+            hi -= 1
+        if judged is None:
+            return None, "fewer than two versions in the range could be measured"
+        v, row = judged
+        if v == Verdict.SAME:
+            return None, f"the ends {vs[start]} and {vs[hi]} don't differ ({step(row)})"
+        if not v.changed:
+            return None, self.stopped(row, start, hi, f"the ends {vs[start]} → {vs[hi]}")
+        lo = start
+        while hi - lo > 1:
+            mid = next((i for i in sorted(range(lo + 1, hi), key=lambda i: abs(i - (lo + hi) // 2))
+                        if vs[i] not in self.skipped), None)
+            if mid is None:
+                between = ", ".join(vs[lo + 1:hi])
+                return (lo, hi, self.compared(vs[lo], vs[hi])), (f"{between} could not be measured: the change is "
+                                                                 f"in {between} or {vs[hi]}")
+            if (judged := self.level(start, mid)) is None:
+                continue
+            v, row = judged
+            if not (v.changed or v == Verdict.SAME):
+                return None, self.stopped(row, lo, hi, f"{vs[mid]} against the start {vs[start]}")
+            lo, hi = (lo, mid) if v.changed else (mid, hi)
+        return (lo, hi, self.compared(vs[lo], vs[hi])), ""
+
+    def stopped(self, row: dict, lo: int, hi: int, what: str) -> str:
+        """The one line of a step that stayed inconclusive: the versions, where the change lies, what to do."""
+        self.unsettled = True
+        vs, t = self.versions, self.a.threshold
+        return (f"inconclusive: {what}: {step(row)}, neither beyond nor within ±{t:.0%}; the first change, if any, "
+                f"lies after {vs[lo]} and at or before {vs[hi]} ({vs[lo]}..{vs[hi]}): not guessing; raise "
+                f"--max-pairs (now {self.design.max_pairs}) or --threshold, or run it on a quieter machine")
+
+    def answer(self, found, note: str) -> dict:
+        """What --json prints: the first changed version, its neighbour's paired evidence, and every step."""
+        vs = self.versions
+        out = {"package": self.a.package, "range": self.a.range, "versions": vs, "paired": True,
+               "measured": [v for v in vs if any(self.label(v) in (r["a"], r["b"]) for r in self.steps)],
+               "skipped": self.skipped, "first_changed": vs[found[1]] if found else None, "note": note,
+               "inconclusive": self.unsettled, "parent_run_id": self.parent, "steps": self.steps}
+        if found:
+            lo, _, row = found
+            out |= {"before": vs[lo], "ratio": row["ratio"], "ci95": row["interval"], "pairs": row["pairs"],
+                    "verdict": row["verdict"]}
+        else:
+            out["verdict"] = str(Verdict.INCONCLUSIVE if self.unsettled else Verdict.SAME)
+        return out
+
+    def report(self, found, note: str) -> int:
+        """The evidence on the console and in the parent run (its description, bisect.json); 1 where a step stayed
+        inconclusive."""
+        from experiments.store import tracking  # mlflow is slow to import: only at the end
+
+        vs, answer = self.versions, self.answer(found, note)
+        if found:
+            lo, hi, row = found
+            head = f"first changed at {self.a.package} {vs[hi]} ({vs[lo]} → {vs[hi]}): {step(row)}"
+            if row["verdict"] not in (Verdict.SLOWER, Verdict.FASTER):  # changed from the start, not in one step
+                note = note or (f"the step {vs[lo]} → {vs[hi]} alone reads {row['verdict']}: the change from "
+                                f"{vs[0]} may be spread over several versions (nnbench versions shows each step)")
+        else:
+            head = note if self.unsettled else f"no change found: {note}"
+        n = len(self.steps)
+        tail = (f"{n} paired comparison{'s' * (n != 1)}, measuring {len(answer['measured'])} of "
+                f"{len(vs)} versions ({', '.join(answer['measured']) or 'none'}); skipped: "
+                f"{', '.join(self.skipped) or 'none'}")
+        lines = [f"  {r['b'].split('==')[-1]} against {r['a'].split('==')[-1]}: {step(r)}" for r in self.steps]
+        text = "\n".join([head, "(paired, each step newer over older: the ratio, its 95% interval, the verdict)", *lines,
+                          *([f"note: {note}"] if note and found else []), tail])
+        print(f"\n{self.title}\n{text}")
+        tags = {"first_changed": answer["first_changed"] or "none", "verdict": answer["verdict"], "paired": "true",
+                "measured": " ".join(answer["measured"]), "skipped": " ".join(self.skipped)}
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "bisect.json").write_text(json.dumps(answer, indent=1, default=str))
+            tracking.finish_parent(self.uri, self.parent, Path(tmp), note=text, tags=tags)
+        print(f"parent run {self.parent} in {self.uri}")
+        return 1 if self.unsettled else OK
+
+
+def step(row: dict) -> str:
+    """One paired comparison in words: ×ratio [interval], verdict, pairs."""
+    lo, hi = row["interval"]
+    interval = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    ratio = f"×{row['ratio']:.3f}" if row["ratio"] is not None and math.isfinite(row["ratio"]) else "no ratio"
+    return f"{ratio}{interval}, {row['skipped'] and 'skipped: ' + row['skipped'] or row['verdict']}, {row['pairs']} pairs"

@@ -1,5 +1,6 @@
 """What `nnbench versions` and `bisect` share: where measuring environments come from (index, installer, cache),
-the sweep's overrides validated before anything is built, and the sweep they run across the environments."""
+paired or unpaired, the sweep's overrides validated before anything is built, and the sweep they run across the
+environments."""
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,29 @@ def add_environments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=Path, help="the environments' cache (default: $NNBENCH_ENV_CACHE, else "
                                               "~/.cache/nnbench/envs)")
     p.add_argument("--repeats", type=positive("--repeats", "3", int), default=1,
-                   help="rounds of the sweep, interleaved (repeat=0..N-1; default %(default)s)")
+                   help="rounds of the unpaired sweep (--unpaired), interleaved (repeat=0..N-1; default "
+                        "%(default)s)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object on stdout; the "
                                                        "progress and the sweep's own lines go to stderr")
+
+
+def add_pairing(p: argparse.ArgumentParser, unpaired: str) -> None:
+    """--unpaired (what the command does then), and --paired, the default, accepted as a no-op."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--unpaired", action="store_true", help=unpaired)
+    group.add_argument("--paired", action="store_true",
+                       help="compare paired, nnbench ab's engine (the default: accepted, changes nothing)")
+
+
+def design_given(a: argparse.Namespace, add_design, flags: tuple[str, ...] | None = None) -> list[str]:
+    """The paired design's flags set on the command line (those `add_design` adds, off their defaults; only
+    `flags`, where given), as `--max-pairs`."""
+    defaults = argparse.ArgumentParser()
+    add_design(defaults)
+    given = [k for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
+    return [f"--{k.replace('_', '-')}" for k in given if flags is None or k in flags]
 
 
 def answering(a: argparse.Namespace, work) -> int:

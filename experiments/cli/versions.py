@@ -5,20 +5,23 @@ measuring environment: this one with the spec pinned (jax pins jaxlib at the sam
 must move to satisfy it (a flax that supports an older jax), nothing else; built with uv when installed, else pip
 (--index-url, --find-links pass through), validated (the versions it imports, a LeNet training step where a framework
 moved), and cached per spec and interpreter. A spec that can't be built is one line, before anything is measured.
+The sweep's overrides go anywhere on the line (`--` optional).
 
-Then the sweep (the overrides: key=value anywhere on the line, `--` optional) runs across the environments, interleaved (runtime.python varies fastest;
---repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
-environment changed; each point's run carries its environment's spec and versions as params and tags. At the end
-it prints each point's history along the versions, as `nnbench history` would: unpaired, from processes measured one
-after another.
+With two or more specs it compares each adjacent pair of versions paired, as `nnbench ab runtime.python=A,B`
+would: on each point, fresh pairs of warm workers, one per environment, alternating short bursts while the other is
+stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
+pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
+prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
+the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --order, --threshold and --alpha set it.
 
---paired compares each adjacent pair of versions paired instead, as `nnbench ab runtime.python=A,B` would: on each
-point, fresh pairs of warm workers, one per environment, alternating short bursts while the other is stopped (about
-a minute and a half per point and pair of versions on 2 cores, 6 pairs of 75 bursts of 20 ms: not the default, it
-is several times the unpaired sweep's time). It prints each pair of versions' paired table (ratio newer/older, its
-interval, the verdict) and logs each comparison under the versions' parent run; --pairs, --max-pairs, --bursts,
---burst-ms, --order, --threshold and --alpha set it (they go with --paired only). --list shows the cached
-environments, --clean [SPECS] removes them. See docs/comparing.md.
+--unpaired (and one spec) runs the sweep across the environments instead, interleaved (runtime.python varies
+fastest; --repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
+environment changed; each point's run carries its environment's spec and versions as params and tags. At the end it
+prints each point's history along the versions, as `nnbench history` would: Welch's t on processes measured one
+after another, seconds per point and version, but blind to changes below tens of percent on a shared machine. It
+is the quick look, and the only way for framework=external (its runner times itself: it can't be paired).
+--paired (the default) is accepted and changes nothing. --list shows the cached environments, --clean [SPECS]
+removes them. See docs/comparing.md.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ import tempfile
 from pathlib import Path
 
 from experiments.cli import ab
-from experiments.cli.environments import add_environments, answering, build_options, sweep, sweep_jobs
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
+                                          sweep, sweep_jobs)
 from experiments.common.errors import OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri, validate
@@ -47,8 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the cached environments")
     p.add_argument("--clean", action="store_true", help="remove the cached environments (of the specs, if given)")
     add_environments(p)
-    p.add_argument("--paired", action="store_true",
-                   help="compare each adjacent pair of versions paired (nnbench ab's engine), point by point")
+    add_pairing(p, "run the sweep across the environments and judge each point by Welch's t on its processes "
+                   "(fast, finds only large changes here; the way for framework=external) instead of comparing "
+                   "adjacent versions paired")
     ab.add_design(p)
 
 
@@ -74,9 +79,10 @@ def versions(a: argparse.Namespace) -> int:
     design = paired_design(a, len(specs))
     jobs = sweep_jobs(a, uri)
     if design and any(str(j.config.framework.name) == "external" for j in jobs):
-        raise BadInput("framework=external can't be paired: its runner times itself; drop --paired")
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       "interleaved with another worker's; add --unpaired")
     built = build(specs, index, how, cache)
-    if a.paired:
+    if design:
         return compare_paired(a, uri, built, design)
     if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along
         print(f"nnbench versions: note: one environment ({specs[0]}), nothing to follow along versions: list two "
@@ -85,19 +91,18 @@ def versions(a: argparse.Namespace) -> int:
 
 
 def paired_design(a: argparse.Namespace, specs: int):
-    """The paired design of the flags (--paired), checked before anything is built; BadInput naming the fix, also
-    for a design flag given without --paired."""
-    defaults = argparse.ArgumentParser()
-    ab.add_design(defaults)
-    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
-    if not a.paired:
+    """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
+    one spec); BadInput naming the fix for a flag that doesn't fit."""
+    given = design_given(a, ab.add_design)
+    if a.paired and specs < 2:
+        raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
+    if a.unpaired or specs < 2:
         if given:
-            raise BadInput(f"{', '.join(given)} set the paired comparison: add --paired")
+            fix = "drop --unpaired" if a.unpaired else "give two or more versions, e.g. jax==0.10.1,0.10.2"
+            raise BadInput(f"{', '.join(given)} set the paired comparison of adjacent versions: {fix}")
         return None
     if a.repeats != 1:
-        raise BadInput("--repeats replicates the unpaired sweep: with --paired, set --pairs N")
-    if specs < 2:
-        raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
+        raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
     return ab.design_of(a)
 
 

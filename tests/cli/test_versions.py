@@ -1,5 +1,6 @@
-"""Following releases: `nnbench versions`, `bisect` and `history` end to end on a planted regression served by a
-local package index (no network), a second real jax release, and their error lines."""
+"""Following releases: `nnbench versions --unpaired`, `bisect --unpaired` and `history` end to end on a planted
+regression served by a local package index (no network), a second real jax release, versions' paired comparisons of
+adjacent versions, and their error lines. (bisect's paired search: tests/cli/test_bisect.py.)"""
 import subprocess
 import sys
 
@@ -11,9 +12,10 @@ from experiments.selfcheck import planted
 from tests.helpers import nnbench, run, runs
 
 VERSIONS = [f"1.{i}" for i in range(8)]
-# The planted package's own runner in each environment: one point, its op 28 ms (20 + 32/4), 5 processes a version.
+# The planted package's own runner in each environment (an external runner: unpaired only): one point, its op 28 ms
+# (20 + 32/4), 5 processes a version, no machine check before each sweep (it measures nothing the test reads).
 POINT = ["framework=external", "external.name=planted", f"external.command='{planted.COMMAND}'", "ops=[inference]",
-         "batch_size=32", "bench=quick", "bench.processes=5"]
+         "batch_size=32", "bench=quick", "bench.processes=5", "bench.machine_check_s=0"]
 # A tiny torch point, for paired comparisons (an external runner can't be paired): each environment's interpreter
 # imports torch from this one (nnbench-base.pth).
 TORCH = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]", "framework.threads=1"]
@@ -37,7 +39,7 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     """versions measures all eight releases; bisect names 1.5 after measuring at most five; history puts exactly
     one change point at 1.5."""
     spec = f"nnbench-planted=={','.join(VERSIONS)}"
-    r = nnbench("versions", [spec, "--index-url", offline, "--", *POINT], tmp_path)
+    r = nnbench("versions", [spec, "--unpaired", "--index-url", offline, "--", *POINT], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert sorted(df["tags.nnbench_planted_version"]) == sorted(df["params.nnbench_planted_version"]) == VERSIONS
@@ -52,7 +54,7 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     r = pd.read_csv(tmp_path / "h" / "regressions.csv", dtype=str)
     assert list(r["where"]) == ["1.5"] and list(r["verdict"]) == ["slower"], h.stdout
 
-    b = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--index-url", offline, "--uri",
+    b = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--unpaired", "--index-url", offline, "--uri",
                            f"sqlite:///{tmp_path}/bisect/mlflow.db", *POINT], tmp_path)
     assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
     assert "first changed at nnbench-planted 1.5 (1.4 → 1.5): slower" in b.stdout, b.stdout
@@ -62,7 +64,7 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     bisect = runs_named(f"sqlite:///{tmp_path}/bisect/mlflow.db", "bisect nnbench-planted 1.0..1.7")
     assert bisect["tags.first_changed"] == "1.5" and set(parents["tags.mlflow.parentRunId"]) == {bisect["run_id"]}
 
-    again = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--index-url", offline, *POINT], tmp_path)
+    again = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--unpaired", "--index-url", offline, *POINT], tmp_path)
     assert again.returncode == 0 and "measured 0 of 8 versions" in again.stdout  # versions' runs, reused
 
 
@@ -116,6 +118,24 @@ def test_adjacent_versions_compared_paired(paired_store, tmp_path, monkeypatch, 
     assert list(compared.sort_values("start_time")["status"]) == ["FINISHED", "KILLED" if interrupted else "FINISHED"]
 
 
+@pytest.mark.parametrize("flag,paired", [([], True), (["--paired"], True), (["--unpaired"], False)])
+def test_two_specs_compare_paired_unless_unpaired(offline, tmp_path, monkeypatch, flag, paired):
+    """Two or more specs: the paired comparison of adjacent versions by default (--paired changes nothing), the
+    unpaired sweep with --unpaired. (The environments and both paths stand in: each is tested on its own.)"""
+    from types import SimpleNamespace
+
+    from experiments.cli import versions
+
+    monkeypatch.chdir(tmp_path)
+    took = []
+    monkeypatch.setattr(versions, "build", lambda specs, *args: [SimpleNamespace(spec=s) for s in specs])
+    monkeypatch.setattr(versions, "compare_paired", lambda a, uri, built, design: took.append(("paired", design)) or 0)
+    monkeypatch.setattr(versions, "measure", lambda a, uri, built: took.append(("unpaired", None)) or 0)
+    assert main(["versions", "nnbench-planted==1.0,1.1", *flag, "--pairs", "4"][:None if paired else -2] + TORCH) == 0
+    ((how, design),) = took
+    assert how == ("paired" if paired else "unpaired") and (design.pairs == 4 if paired else design is None)
+
+
 def pairs_design():
     from experiments.harness import pairs
 
@@ -136,6 +156,10 @@ def runs_named(uri, prefix):
     return df[df["tags.mlflow.runName"].str.startswith(prefix)].iloc[0]
 
 
+EXTERNAL = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
+            "another worker's; add --unpaired")
+
+
 @pytest.mark.parametrize("argv,message", [
     (["versions", "model=lenet"], "no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 "
                                   "model=lenet"),
@@ -143,31 +167,51 @@ def runs_named(uri, prefix):
     (["versions", "nnbench-planted==1.0", "--", "runtime.python=/x"], "runtime.python is set by nnbench versions"),
     (["versions", "nnbench-planted==1.0", "--", *POINT, "batchsize=3"], "unknown key 'batchsize'"),
     (["versions", "nnbench-planted==9.9", "--", *POINT], "cannot install nnbench-planted==9.9: "),
-    (["versions", "nnbench-planted==1.0,1.1", "--pairs", "3", "--", *TORCH],
-     "--pairs set the paired comparison: add --paired"),
+    (["versions", "nnbench-planted==1.0,1.1", "--unpaired", "--pairs", "3", "--max-pairs", "6", "--", *TORCH],
+     "--pairs, --max-pairs set the paired comparison of adjacent versions: drop --unpaired"),
+    (["versions", "nnbench-planted==1.0", "--bursts", "9", "--", *TORCH],
+     "--bursts set the paired comparison of adjacent versions: give two or more versions"),
     (["versions", "nnbench-planted==1.0", "--paired", "--", *TORCH], "--paired compares adjacent versions: give two"),
-    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--bursts", "0", "--", *TORCH], "--bursts 0: at least 1"),
+    (["versions", "nnbench-planted==1.0,1.1", "--bursts", "0", "--", *TORCH], "--bursts 0: at least 1"),
     (["versions", "nnbench-planted==1.0,1.1", "--paired", "--repeats", "2", "--", *TORCH],
-     "--repeats replicates the unpaired sweep: with --paired, set --pairs N"),
-    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--", *POINT], "framework=external can't be paired"),
+     "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
+    (["versions", "nnbench-planted==1.0,1.1", "--", *POINT], EXTERNAL),
+    (["versions", "nnbench-planted==1.0,1.1", "--paired", "--unpaired", "--", *TORCH],
+     "argument --unpaired: not allowed with argument --paired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--pairs", "3", *POINT],
+     "--pairs set the paired comparison: drop --unpaired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", "--unpaired", *POINT],
+     "--order set the paired comparison: drop --unpaired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", *POINT], EXTERNAL),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--repeats", "2", *TORCH],
+     "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--max-pairs", "3", *TORCH], "--max-pairs 3 is below --pairs 6"),
     (["bisect", "nnbench-planted", "1.1..1.1", *POINT], "nnbench-planted has 1 released version(s) in 1.1..1.1"),
     (["bisect", "nnbench-planted", "1.0.1.7", *POINT], "range '1.0.1.7' is not A..B"),
     (["bisect", "nnbench-nosuch", "1.0..1.7", *POINT], "cannot list the versions of nnbench-nosuch: "),
     (["bisect", "nnbench-planted", "1.0..1.7", *POINT, "ops=[inference,training]"],
      "the overrides make 2 measured ops; bisect follows one"),
-    (["bisect", "nnbench-planted", "1.0..1.7", *POINT, "bench.processes=1"],
-     "bisect judges versions by their processes, and this sweep measures one per version"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", *POINT, "bench.processes=1"],
+     "bisect --unpaired judges versions by their processes, and this sweep measures one per version"),
 ])
 def test_bad_input_is_one_line_before_anything_is_built_or_measured(offline, tmp_path, monkeypatch, capsys, argv,
                                                                     message):
     monkeypatch.chdir(tmp_path)
     index = ["--index-url", offline]
     at = argv.index("--") if "--" in argv else len(argv)
-    assert main(argv[:at] + index + argv[at:]) == 2
+    assert exit_code(argv[:at] + index + argv[at:]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"nnbench {argv[0]}: error: {message}"), line
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
     assert not (tmp_path / "envs").exists() or not any(p.is_dir() for p in (tmp_path / "envs").iterdir())
+
+
+def exit_code(argv: list[str]) -> int:
+    """main's return code, or its exit code where argparse's own errors exit."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
 
 
 def test_list_and_clean_an_empty_cache(offline, capsys):
@@ -187,8 +231,9 @@ def test_a_second_jax_release(tmp_path, monkeypatch):
     if jax.__version__ == OLD_JAX:
         pytest.skip("this environment already has the older jax")
     monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp_path / "envs"))
-    r = nnbench("versions", [f"jax=={OLD_JAX},{jax.__version__}", "--repeats", "2", "--", "framework=jax",
-                             "model=lenet", "batch_size=32", "bench=quick", "bench.processes=2"], tmp_path)
+    r = nnbench("versions", [f"jax=={OLD_JAX},{jax.__version__}", "--unpaired", "--repeats", "2", "--",
+                             "framework=jax", "model=mlp_relu", "batch_size=2", "ops=[inference]", "bench=quick",
+                             "bench.processes=2", "bench.max_time_s=0.2", "bench.machine_check_s=0"], tmp_path)
     if r.returncode and "cannot install" in r.stderr:
         pytest.skip(f"jax {OLD_JAX} can't be installed here: {r.stderr.strip()[-300:]}")
     assert r.returncode == 0, r.stderr[-3000:]
