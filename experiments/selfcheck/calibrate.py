@@ -164,8 +164,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planted", action="store_true",
                    help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
     p.add_argument("--paired", action="store_true",
-                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A point and "
-                        "a 5%% and 10%% slowdown planted in the timed step")
+                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A and a 5%% "
+                        "and 10%% slowdown, nnbench-planted's versions in four environments (built offline)")
     p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS,
                    help="with --paired: fresh pairs per comparison at first "
                                                             "(up to twice as many; default %(default)s)")
