@@ -30,8 +30,8 @@ installed version decides the work, so each worker measures its own environment'
   found (synthetic: the A/A comparisons' second side scaled, its pairs' log ratios shifted), and the wall time per
   judged point.
 
-The full calibration (about 75 minutes on 2 cores: 24 paired comparisons of about a minute and a half, 80 points
-swept unpaired):
+The full calibration (24 paired comparisons of 40-80 s and 32 points swept unpaired: about 40 minutes on a quiet
+2-core machine, well over an hour on a loaded one, where framework.threads=1 keeps torch's calls from stalling):
 
     python -m experiments calibrate --paired --repeats 8
 
