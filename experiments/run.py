@@ -27,6 +27,7 @@ if __name__ == "__main__":
     interrupts.install()
     atexit.register(interrupts.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
     try:
+        register(commandline.pythons(sys.argv[1:]))  # a network installed only in the sweep's environments
         commandline.VALIDATED = commandline.validate(sys.argv[1:])
         interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place
         main()

@@ -132,10 +132,11 @@ class Comparison:
 def checked(key: str, vs: list[str], overrides: list[str], labels: list[str] | None = None) -> Comparison:
     """Both sides' jobs, composed through the sweep's door; BadInput where they can't be paired."""
     from experiments.common.config import register  # Hydra is slow to import: only once the arguments parsed
+    from experiments.sweep import commandline
 
     if key in {o.lstrip("+~").split("=", 1)[0] for o in overrides}:
         raise BadInput(f"{key} is the axis compared: set it only in AXIS=A,B")
-    register()
+    register(commandline.pythons([*overrides, *(f"{key}={v}" for v in vs)]))  # networks of the sides' environments
     side_jobs = []
     for v in vs:
         side_jobs.append(jobs([*overrides, f"{key}={v}"]))

@@ -203,16 +203,33 @@ def logged(config: Config) -> dict:
                                         throw_on_missing=False))
 
 
-def register() -> None:
-    """The schema and the resolvers, for Hydra (the sweep's processes only)."""
+def register(pythons: list[str] | tuple[str, ...] = ()) -> None:
+    """The schema and the resolvers, for Hydra (the sweep's processes only). `pythons`: the sweep's other
+    interpreters (runtime.python), whose networks become model= options too (`see_packages_of`)."""
     from hydra.core.config_store import ConfigStore  # not at the top: the worker imports these names without Hydra
 
+    see_packages_of(pythons)
     ConfigStore.instance().store(name="schema", node=Config)
     for name, node in installed_models().items():  # model=<entry point>: composed and type-checked as built-ins
         ConfigStore.instance().store(group="model", name=name, node=node)
     OmegaConf.register_new_resolver("nnbench.size", size_for_device, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("nnbench.unique", lambda: UNIQUE, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("nnbench.cwd", lambda: str(Path.cwd()), replace=True, use_cache=True)
+
+
+def see_packages_of(pythons: list[str] | tuple[str, ...]) -> None:
+    """Put each interpreter's own site-packages at the end of sys.path: a package installed only in the
+    environments compared (a network's package, `nnbench versions mypkg==1.0,1.1`) is then seen by the model group
+    and the door here, while everything this interpreter has still comes from its own. The declaration is read from
+    the first interpreter that has the package; each worker imports its own environment's version."""
+    for python in dict.fromkeys(map(str, pythons)):
+        if not Path(python).is_file() or python == sys.executable:
+            continue  # not an interpreter (the door says so), or this one
+        r = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib']); "
+                            "print(sysconfig.get_paths()['platlib'])"], capture_output=True, text=True)
+        for path in r.stdout.split("\n") if r.returncode == 0 else []:
+            if path and path not in sys.path and Path(path).is_dir():
+                sys.path.append(path)
 
 
 def installed_models() -> dict[str, Any]:

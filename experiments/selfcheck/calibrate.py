@@ -15,18 +15,25 @@ then:
   1.0 (twice), 1.1, 1.2 and 1.5 times slower, measured interleaved (`--repeats` rounds, LeNet's batch sizes as its
   points): A/A on the two unslowed versions, detection of each slowdown.
 
-With --paired, the paired verdict (`nnbench ab`'s) beside the unpaired one, on one A/A point (the overrides; default
-torch LeNet bs32 inference) and a slowdown planted in the worker's timed step (matmul_chain n=500 bs32, 21 and 22
-layers against 20: 5% and 10% more of the same work), all measured in this one run:
+With --paired, the paired verdict (`nnbench ab`'s) beside the unpaired one, on a slowdown planted in the worker's
+timed step: nnbench-planted's network (`model=planted`, selfcheck/planted.py: a chain of 40 matmuls of 500 × 500,
+torch bs32 inference unless the overrides say otherwise) in four environments built offline, the first (1.0)
+against each other: 1.0.1 does the same work (A/A), 1.0.5 and 1.1 do 5% and 10% more matmuls in the same step. The
+installed version decides the work, so each worker measures its own environment's. All in this one run:
 
-- paired: `--repeats` whole comparisons of each (A/A, 5%, 10%), as `ab` makes them (`--pairs` pairs at first, up to
-  twice as many while inconclusive, `--bursts` bursts of 20 ms per side per pair), the three alternating;
-- unpaired: the same points swept with `repeat=0..`: 2 × `--repeats` replicates of the A/A point (each two an A/A
-  comparison) and `--repeats` rounds of the three depths (each round: 21 and 22 against 20), judged by Welch's t on
-  the process medians;
+- paired: `--repeats` whole comparisons of each (A/A, 5%, 10%), as `nnbench ab runtime.python=A,B` makes them
+  (`--pairs` pairs at first, up to twice as many while inconclusive, `--bursts` bursts of 20 ms per side per pair),
+  the three alternating;
+- unpaired: the four environments swept `--repeats` rounds (`repeat=0..`, the environments in turn within each),
+  each round's 1.0 against each other judged by Welch's t on the process medians, as --planted judges;
 - for each: A/A slower or faster, the planted 5% and 10% found (slower), the minimal detectable effect at >= 90%
   found (synthetic: the A/A comparisons' second side scaled, its pairs' log ratios shifted), and the wall time per
   judged point.
+
+The full calibration (24 paired comparisons of 40-80 s and 32 points swept unpaired: about 40 minutes on a quiet
+2-core machine, well over an hour on a loaded one, where framework.threads=1 keeps torch's calls from stalling):
+
+    python -m experiments calibrate --paired --repeats 8
 
 Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 when the A/A rate is below 95% (with
 --paired: the paired A/A false alarms above 5%).
@@ -157,8 +164,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planted", action="store_true",
                    help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
     p.add_argument("--paired", action="store_true",
-                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A point and "
-                        "a 5%% and 10%% slowdown planted in the timed step")
+                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A and a 5%% "
+                        "and 10%% slowdown, nnbench-planted's versions in four environments (built offline)")
     p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS,
                    help="with --paired: fresh pairs per comparison at first "
                                                             "(up to twice as many; default %(default)s)")
@@ -227,41 +234,56 @@ def run(a: argparse.Namespace) -> int:
     return OK if readme["n"] and readme["no_change"] >= AA_TARGET * readme["n"] else LOST
 
 
-def planted(workdir: Path, rounds: str) -> dict:
-    """A/A and A/B on nnbench-planted for real: five environments measured interleaved in one sweep."""
-    from experiments.harness import envs  # packaging and the installers: only with --planted
-    from experiments.measure.environment import version_key
+def environments(workdir: Path, versions: dict[str, float]) -> list:
+    """nnbench-planted's versions (version: slowdown), one environment each, built offline from a local index."""
+    from experiments.harness import envs  # packaging and the installers: only with --planted or --paired
     from experiments.selfcheck import planted as plant
 
-    url = plant.index(plant.wheels(workdir / "wheels", PLANTED), workdir / "index")
+    url = plant.index(plant.wheels(workdir / "wheels", versions), workdir / "index")
     how, base, index = envs.installer(), envs.packages(), envs.Index(url)
     try:
-        built = [envs.get(s, index, how, workdir / "envs", base)
-                 for s in envs.parse([f"{plant.PROJECT}=={','.join(PLANTED)}"])]
+        return [envs.get(s, index, how, workdir / "envs", base)
+                for s in envs.parse([f"{plant.PROJECT}=={','.join(versions)}"])]
     except envs.BuildError as e:
         raise BadInput(f"the planted environments can't be built: {e}") from None
+
+
+def planted(workdir: Path, rounds: str) -> dict:
+    """A/A and A/B on nnbench-planted for real: five environments measured interleaved in one sweep."""
+    from experiments.selfcheck import planted as plant  # its runner's command: only with --planted
+
+    built = environments(workdir, PLANTED)
     uri = f"sqlite:///{workdir}/planted/mlflow.db"
     sweep(["framework=external", "external.name=planted", f"external.command='{plant.COMMAND}'", "model=lenet",
            "ops=[inference,training]", rounds, "runtime.python=" + ",".join(f"'{e.python}'" for e in built)],
           uri, workdir)
+    return by_version(uri, PLANTED)
+
+
+def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
+    """The last sweep judged unpaired round by round (`repeat`), the first version against each other: A/A where
+    their slowdowns are equal (with mde: the minimal detectable effect, synthetic), else how often it is found."""
+    from experiments.measure.environment import version_key  # packaging: only with --planted or --paired
+    from experiments.selfcheck import planted as plant  # the package's name: only with --planted or --paired
+
     t, by = last_sweep(uri), version_key(plant.PROJECT)
     by_round = [series(g, uri, by) for _, g in t.groupby("repeat")]  # each round: the environments in turn
-    first, result = list(PLANTED)[0], {"n": 0, "no_change": 0, "interval_holds_1": 0, "detected": {}}
-    for version, factor in list(PLANTED.items())[1:]:
+    first, result = list(versions)[0], {"n": 0, "no_change": 0, "interval_holds_1": 0, "detected": {}}
+    for version, factor in list(versions.items())[1:]:
         pairs = [s[s["value"].isin([first, version])].assign(position=lambda d: (d["value"] == version).astype(int))
                  for s in by_round]
-        if factor == 1.0:  # the same op in two environments: A/A
-            aa = aa_ab(pairs, factors=(), mde=False)
-            result |= {k: aa[k] for k in ("n", "no_change", "interval_holds_1")}
+        if factor == versions[first]:  # the same op in two environments: A/A
+            aa = aa_ab(pairs, factors=(), mde=mde)
+            result |= {k: v for k, v in aa.items() if k != "detected"}
         else:
             result["detected"][factor] = sum(found(pair, (Verdict.SLOWER,))[0] for pair in pairs)
     return result
 
 
-# Planted in the worker's timed step: matmul_chain's layers, depth 20 against 21 and 22 (5% and 10% more of the same
-# work; selfcheck/paired.py says why not a wider matrix).
-DEPTHS = {1.05: 21, 1.10: 22}
-BASE_DEPTH = 20
+# The paired verdict's truth: nnbench-planted's network (model=planted, its slowdown inside the worker's timed step)
+# in four environments, the first against each other: 1.0.1 the same work (A/A), 1.0.5 and 1.1 5% and 10% more.
+PAIRED = {"1.0": 1.0, "1.0.1": 1.0, "1.0.5": 1.05, "1.1": 1.1}  # version: slowdown of its step
+PAIRED_POINT = ("model=planted", "framework=torch", "batch_size=32", "ops=[inference]")
 
 
 def paired(a: argparse.Namespace) -> int:
@@ -272,63 +294,42 @@ def paired(a: argparse.Namespace) -> int:
     if n < 2 or a.pairs < 2 or a.bursts < 1 or a.sweep or a.planted:
         raise BadInput(f"with --paired: --repeats and --pairs at least 2, --bursts at least 1 (got {n}, {a.pairs}, "
                        f"{a.bursts}), and no --sweep or --planted: e.g. --paired --repeats 8 --pairs 6")
-    register()
-    threads = [o for o in a.overrides if o.startswith("framework.threads=")]
-    aa = list(a.overrides or probe.AA)
-    planted = [*probe.PLANTED, *threads]
-    probe.job(aa)  # one point, checked before anything runs
     workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
+    pythons = {v: str(e.python) for v, e in zip(PAIRED, environments(workdir, PAIRED))}
+    register(list(pythons.values()))  # model=planted: installed in those environments only
+    point = [*PAIRED_POINT, *a.overrides]
+    jobs = {v: probe.job([*point, f"runtime.python='{p}'"]) for v, p in pythons.items()}  # one point, checked
     uri = store_uri(a.uri) if a.uri else f"sqlite:///{workdir}/mlruns/mlflow.db"
     t0 = time.perf_counter()
-    sweep([*aa, f"repeat={','.join(map(str, range(2 * n)))}"], uri, workdir)
-    unpaired_aa = aa_ab(replicate_pairs(series(last_sweep(uri), uri, "repeat")), factors=())
-    depths = ",".join(map(str, [BASE_DEPTH, *DEPTHS.values()]))
-    # the depths vary fastest (the last override), so that each round measures the three in turn
-    sweep([*planted, f"repeat={','.join(map(str, range(n)))}", f"model.depth={depths}"], uri, workdir)
-    unpaired_found = planted_unpaired(uri)
-    unpaired_s = (time.perf_counter() - t0) / (2 * n + 3 * n)  # per point measured
-    said = paired_comparisons(probe, aa, planted, n, a.pairs, a.bursts, workdir / "pairs")
-    print("\n" + "\n".join(paired_table(unpaired_aa, unpaired_found, unpaired_s, said, n)))
+    # the environments vary fastest (the last override), so that each round measures the four in turn
+    sweep([*point, f"repeat={','.join(map(str, range(n)))}",
+           "runtime.python=" + ",".join(f"'{p}'" for p in pythons.values())], uri, workdir)
+    unpaired = by_version(uri, PAIRED, mde=True)
+    unpaired_s = (time.perf_counter() - t0) / (n * len(PAIRED))  # per point measured
+    said = paired_comparisons(jobs, n, a.pairs, a.bursts, workdir / "pairs")
+    print("\n" + "\n".join(paired_table(unpaired, unpaired["detected"], unpaired_s, said, n)))
     alarms = sum(v.verdict.changed for v, _ in said["A/A"])
     return OK if alarms <= 0.05 * n else LOST
 
 
-def planted_unpaired(uri: str) -> dict[float, int]:
-    """Per planted factor, in how many rounds the unpaired verdict (Welch on process medians) says slower."""
-    parent = tracking.latest_sweep(uri, "nnbench").info.run_id
-    runs = tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'")
-    runs = runs[runs["status"] == "FINISHED"]
-    medians = {(int(r["params.config.model.depth"]), int(r["params.repeat"])):
-               process_medians(tracking.load_samples(uri, r["run_id"])["inference"]) for _, r in runs.iterrows()}
-    rounds = sorted({k[1] for k in medians})
-    found = {}
-    for factor, depth in DEPTHS.items():
-        both = [(medians[(BASE_DEPTH, r)], medians[(depth, r)]) for r in rounds
-                if (BASE_DEPTH, r) in medians and (depth, r) in medians]
-        found[factor] = sum(c.verdict == Verdict.SLOWER for c in judge(both)) if both else 0
-    return found
-
-
-def paired_comparisons(probe, aa: list[str], planted: list[str], n: int, first_pairs: int, bursts: int,
-                       out: Path) -> dict:
-    """`n` paired comparisons each of the A/A point and every planted depth, alternating: (verdict, seconds) each."""
-    same = probe.job(aa)
-    base = probe.job([*planted, f"model.depth={BASE_DEPTH}"])
-    cases = {"A/A": (same, same)} | {f: (base, probe.job([*planted, f"model.depth={d}"])) for f, d in DEPTHS.items()}
+def paired_comparisons(jobs: dict, n: int, first_pairs: int, bursts: int, out: Path) -> dict:
+    """`n` paired comparisons each of the first version against every other (A/A where the slowdown is the same),
+    alternating, as `nnbench ab runtime.python=A,B` makes them: (verdict, seconds) each."""
+    first, *others = PAIRED
+    cases = {("A/A" if PAIRED[v] == PAIRED[first] else PAIRED[v]): (first, v) for v in others}
     design = pairs.Design(rounds=bursts, pairs=first_pairs, max_pairs=2 * first_pairs)
     said: dict = {case: [] for case in cases}
     for i in range(n):
-        for case, (ja, jb) in cases.items():
-            name = "aa" if case == "A/A" else f"x{case:g}"
+        for case, (va, vb) in cases.items():
             t0 = time.perf_counter()
-            (c,) = pairs.compare(pairs.Side.of(ja, "A", out / f"cache-{name}-A"),
-                                 pairs.Side.of(jb, "B", out / f"cache-{name}-B"), dataclasses.replace(design, seed=i),
-                                 judge_pairs, out / f"{name}-{i}")
+            (c,) = pairs.compare(pairs.Side.of(jobs[va], va, out / f"cache-{va}"),
+                                 pairs.Side.of(jobs[vb], vb, out / f"cache-{vb}"), dataclasses.replace(design, seed=i),
+                                 judge_pairs, out / f"{va}-{vb}-{i}")
             v = c.verdict
             said[case].append((v, time.perf_counter() - t0, c.log_ratios))
-            print(f"  paired {case if case == 'A/A' else f'{case - 1:.0%} slower'} {i + 1}/{n}: B/A {v.ratio:.4f} "
-                  f"[{v.ci_low:.4f}, {v.ci_high:.4f}] {v.verdict}, {v.pairs} pairs, {said[case][-1][1]:.0f} s",
-                  flush=True)
+            print(f"  paired {case if case == 'A/A' else f'{case - 1:.0%} slower'} ({vb} vs {va}) {i + 1}/{n}: "
+                  f"B/A {v.ratio:.4f} [{v.ci_low:.4f}, {v.ci_high:.4f}] {v.verdict}, {v.pairs} pairs, "
+                  f"{said[case][-1][1]:.0f} s", flush=True)
     return {case: [(v, t) for v, t, _ in got] for case, got in said.items()} | {
         "aa_log_ratios": [lr for _, _, lr in said["A/A"]]}
 
@@ -353,7 +354,7 @@ def paired_table(unpaired_aa: dict, unpaired_found: dict[float, int], unpaired_s
     rows = [("A/A: slower or faster", rate(unpaired_aa["n"] - unpaired_aa["no_change"], unpaired_aa["n"]),
              rate(sum(v.verdict.changed for v in aa), n))]
     rows += [(f"planted {f - 1:.0%} slower: found", rate(unpaired_found[f], n),
-              rate(sum(v.verdict == Verdict.SLOWER for v, _ in said[f]), n)) for f in DEPTHS]
+              rate(sum(v.verdict == Verdict.SLOWER for v, _ in said[f]), n)) for f in unpaired_found]
     rows.append((f"minimal detectable effect (found >= {DETECT:.0%}, synthetic from the A/A)",
                  f"{mde_u - 1:.0%}" if mde_u else "none up to 100%",
                  f"{mde_p - 1:.0%}" if mde_p else "none up to 100%"))

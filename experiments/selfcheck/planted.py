@@ -10,7 +10,13 @@ times its op at each batch size `b`: a busy wait of 20 + b/4 ms, then the plante
 (factor − 1) times the op's own measured time. A busy wait loads the core like real work and is as deterministic as
 a timed call gets; calls of 20 ms and more stay clear of the scheduler ticks that quantize shorter ones on a loaded
 machine.
-`nnbench calibrate --planted` and tests/cli/test_versions.py use it.
+
+The same wheels declare a network measured in nnbench's own worker, so that a paired comparison can interleave it
+(an external runner times itself): entry point `planted` in the group `nnbench.models` (`model=planted`), a chain of
+`depth` n×n matmuls (a torch and a Flax side, with a weight map) whose timed step makes round(depth × FACTOR) of them,
+the planted ones applying the first layers' weights again. The declaration (inputs, weights, batch sizes) is the same
+in every version; the installed version decides the work in the step.
+`nnbench calibrate --planted` and `--paired`, and tests/cli/test_versions.py use them.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 PROJECT, MODULE = "nnbench-planted", "nnbench_planted"
+NAME = "planted"  # the network's entry point: model=planted
 DATE = (2020, 1, 1, 0, 0, 0)  # fixed zip timestamps: the same wheel bytes (and sha256) on every build
 COMMAND = "{python} -m nnbench_planted --name planted --model {model} --ops {ops} --batch-sizes {batch_sizes}"
 
@@ -42,6 +49,55 @@ def op(ms: float) -> None:
     end = time.perf_counter() + (FACTOR - 1) * took
     while time.perf_counter() < end:
         pass
+'''
+
+NETWORK = '''"""nnbench's planted network: `depth` n×n matmuls, and round(depth × (FACTOR − 1)) more in the same step."""
+import models
+from nnbench_planted import FACTOR
+
+
+def calls(depth: int) -> int:
+    """Matmuls per step: the chain's own and the planted ones (layer i's weights for call depth + i)."""
+    return round(depth * FACTOR)
+
+
+def build(n: int = 500, depth: int = 40):
+    """Inputs of n features; the weights are declared once, whatever the version."""
+    return models.Network(torch=lambda: torch_chain(n, depth), flax=lambda: flax_chain(n, depth),
+                          input=models.Array((n,)), target=None, loss="mean",
+                          batch_sizes={"inference": (32,), "training": (32,)},
+                          weights={f"layers.{i}.kernel": f"layers.{i}.weight" for i in range(depth)})
+
+
+def torch_chain(n, depth):
+    import torch  # in the builder: the parent registers the network without importing a framework
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(n, n, bias=False) for _ in range(depth))
+
+        def forward(self, x):
+            for i in range(calls(depth)):
+                x = self.layers[i % depth](x)
+            return x
+
+    return Chain()
+
+
+def flax_chain(n, depth):
+    from flax import nnx  # in the builder, as torch
+
+    class Chain(nnx.Module):
+        def __init__(self, rngs):
+            self.layers = nnx.List([nnx.Linear(n, n, use_bias=False, rngs=rngs) for _ in range(depth)])
+
+        def __call__(self, x):
+            for i in range(calls(depth)):
+                x = self.layers[i % depth](x)
+            return x
+
+    return Chain(nnx.Rngs(0))
 '''
 
 MAIN = '''"""A runner for nnbench (framework=external): SAMPLES and TIMING of op(20 + batch/4 ms) per op and batch."""
@@ -87,10 +143,12 @@ def wheel(out: Path, version: str, factor: float) -> Path:
     files = {
         f"{MODULE}/__init__.py": INIT.format(version=version, factor=factor).encode(),
         f"{MODULE}/__main__.py": MAIN.encode(),
+        f"{MODULE}/network.py": NETWORK.encode(),
         f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\nSummary: nnbench's "
                              f"planted regression (op x {factor:g})\nRequires-Python: >=3.8\n").encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: nnbench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{dist}/top_level.txt": f"{MODULE}\n".encode(),
+        f"{dist}/entry_points.txt": f"[nnbench.models]\n{NAME} = {MODULE}.network:build\n".encode(),
     }
     files[f"{dist}/RECORD"] = ("".join(f"{p},{record_hash(d)},{len(d)}\n" for p, d in files.items())
                                + f"{dist}/RECORD,,\n").encode()

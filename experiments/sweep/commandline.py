@@ -39,6 +39,19 @@ class Validated:
 VALIDATED: Validated | None = None  # set by the entry point; the sweep callback and a single run use it
 
 
+def pythons(argv: list[str]) -> list[str]:
+    """The interpreters a command line's runtime.python names (one value or a sweep of them); [] where it names none
+    or doesn't parse (the door then says why)."""
+    found = []
+    for arg in (a for a in argv if a.lstrip("+").startswith("runtime.python=")):
+        try:
+            (o,) = OverridesParser.create().parse_overrides([arg])
+            found += [getattr(v, "text", v) for v in getattr(o.value(), "list", None) or [o.value()]]  # unquoted
+        except Exception:  # Hydra's own parse errors: the door reports them
+            continue
+    return [str(p) for p in found if p not in (None, "null")]
+
+
 def validate(argv: list[str]) -> Validated | None:
     """Every job of the command line, validated; exits with one line naming the fix on bad input."""
     try:

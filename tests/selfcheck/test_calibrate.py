@@ -1,6 +1,7 @@
 """calibrate's A/A and A/B checks on series with a known truth: replicate pairs, planted slowdowns, the minimal
 detectable effect, and rates with their binomial interval."""
 import numpy as np
+import pytest
 import pandas as pd
 
 from experiments.selfcheck import calibrate
@@ -72,3 +73,25 @@ def test_the_paired_table_puts_both_verdicts_side_by_side():
     assert "| A/A: slower or faster | 0 of 2 = 0.0% [0.0%, 84.2%] | 1 of 2 = 50.0% [1.3%, 98.7%] |" in text
     assert "| planted 5% slower: found | 0 of 2 = 0.0% [0.0%, 84.2%] | 2 of 2 = 100.0% [15.8%, 100.0%] |" in text
     assert "| 61% | 4% |" in text and "median 80 s" in text
+
+
+def calibrate_says(*argv: str):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "experiments", "calibrate", *argv], capture_output=True, text=True,
+                       timeout=600)
+    return r.returncode, r.stderr.strip().splitlines()
+
+
+def test_paired_bad_input_is_one_line_before_anything_is_built():
+    code, err = calibrate_says("--paired", "--repeats", "2", "--sweep", "last")
+    assert code == 2 and len(err) == 1 and err[0].startswith("nnbench calibrate: error: with --paired: "), err
+    assert "no --sweep or --planted" in err[0]
+
+
+@pytest.mark.slow
+def test_paired_overrides_must_make_one_point():
+    """The overrides go to the planted point in every environment: two batch sizes are one line, exit 2."""
+    code, err = calibrate_says("--paired", "--repeats", "2", "batch_size=8,32")
+    assert code == 2 and len(err) == 1 and "give one point" in err[0], err
