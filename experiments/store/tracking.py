@@ -335,7 +335,7 @@ def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str]
     tags = context_tags() | {f"nnbench.{kind}": "true"}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, run_name=name, tags=tags)
+    run = client.create_run(experiment_id, run_name=shortened(name), tags=tags)
     client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
     return run.info.run_id
 
@@ -352,8 +352,12 @@ def titled(name: str, headline: str, had: str | None) -> str:
     if had:
         name = name.replace(f" · {had}", "", 1)
     when, _, overrides = name.partition(" · ")
-    out = " · ".join(filter(None, [when, headline, overrides]))
-    return out if len(out) <= RUN_NAME_CHARS else out[:RUN_NAME_CHARS - 1] + "…"
+    return shortened(" · ".join(filter(None, [when, headline, overrides])))
+
+
+def shortened(name: str) -> str:
+    """A run name cut to MLflow's RUN_NAME_CHARS (a long command line's overrides), its end marked."""
+    return name if len(name) <= RUN_NAME_CHARS else name[:RUN_NAME_CHARS - 1] + "…"
 
 
 def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",

@@ -134,3 +134,11 @@ def test_two_sweeps_closing_at_once_keep_each_others_columns(store, monkeypatch)
     monkeypatch.setattr(tracking.time, "sleep", b_writes_meanwhile)
     tracking.describe_experiment(client, exp, stale, (a,))
     assert {f"metrics.`{a}`", f"metrics.`{b}`"} <= set(view_columns(uri))
+
+
+def test_a_long_command_line_names_its_parent_within_mlflows_250_characters(store):
+    """PostgreSQL's runs.name is VARCHAR(250): a sweep's name is cut when the run starts, not only when it closes."""
+    uri, exp = store
+    parent = tracking.start_parent(uri, exp, "sweep 2026-12-02 01:53:19 · " + "model=lenet " * 40, {})
+    name = MlflowClient(uri).get_run(parent).info.run_name
+    assert len(name) == tracking.RUN_NAME_CHARS and name.endswith("…") and name.startswith("sweep 2026-12-02")
