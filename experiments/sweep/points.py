@@ -171,6 +171,12 @@ class Points:
             with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
                 self.measured_all(i)
 
+    def measured(self, point: Point, process: int, result: PointResult) -> None:
+        what = f"FAILED: {result.failure}" if result.failure else "measured"
+        n = self.job.config.bench.processes
+        log.info("%s %s: process %d of %d %s", self.tick(), records.run_name(self.job, point), process + 1, n, what)
+        interrupts.checkpoint()  # a point's record comes after its last process
+
     def save(self, point: Point, results: list[PointResult], interrupted: str | None = None,
              replaced: tuple[Replaced, ...] = ()) -> Kept:
         """The point's reading and record, saved in its dir."""

@@ -2,6 +2,7 @@
 again by a bounded number of extra workers, kept in the raw data with its reason; a point whose processes disagree
 10× gets no number. Driven through `Points` with the workers' results stood in by known samples."""
 import json
+import logging
 import signal
 
 import pytest
@@ -45,7 +46,8 @@ def measured(j: Job, tmp_path, script: list[PointResult]) -> tuple[Points, Worke
     return kept, workers
 
 
-def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its_reason(tmp_path):
+def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its_reason(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "nnbench")
     kept, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95),
                                                result(1.05), result(1.02)])
     assert len(workers.requests) == 6 and workers.requests[-1].points == (POINT,)  # one more worker, for this point
@@ -58,6 +60,9 @@ def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its
     saved = json.loads((k.directory / "samples.json").read_text())["inference"]
     assert len(saved["processes"]) == 5 and saved["replaced"][0]["process"] == 3
     assert min(saved["replaced"][0]["samples_s"]) > 80e-3  # the far samples, raw
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "process 1 of 5 measured" in m] and not [r for r in caplog.records if r.levelno >= 40]
+    assert [m for m in said if "process 3 of 5 measured again, its first reading set aside" in m]
 
 
 def test_a_far_process_on_a_quiet_machine_is_its_drift_and_stays(tmp_path):
