@@ -112,9 +112,12 @@ class Points:
             return self.interrupted(point, self.results[i] if last else [result])
         if not last:
             return self.measured(point, process, result)
-        if self.job.config.bench.remeasure and self.far(i):
+        if self.job.config.bench.remeasure and (far := self.far(i)):
             self.held.append(i)
-            return self.measured(point, process, result)
+            log.info("%s: process %d of %d measured; process %s read far off (%s): measured again after the job's "
+                     "processes", records.run_name(self.job, point), process + 1, self.job.config.bench.processes,
+                     ", ".join(str(j + 1) for j, _ in far), far[0][1])
+            return interrupts.checkpoint()
         self.measured_all(i, result)
 
     def measured_all(self, i: int, result: PointResult | None = None) -> None:

@@ -137,6 +137,8 @@ def test_a_far_process_is_replaced_only_where_other_processes_used_the_cpu():
     # two processes: the loaded one, 3× away, goes
     assert [i for i, _ in stats.to_replace([1e-3, 3e-3], [0.0, 0.9])] == [1]
     assert stats.to_replace([1e-3], [2.0]) == []
+    # far below its slowed siblings: the process the other program disturbed least stays
+    assert stats.to_replace([79e-3, 0.9e-3, 80e-3, 78e-3, 81e-3], [1.0] * 5) == []
 
 
 def test_threads_beyond_the_free_cores_are_oversubscribed_with_the_setting_to_change():
