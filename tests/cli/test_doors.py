@@ -239,10 +239,16 @@ def test_ctrl_c_anywhere_in_a_command_is_one_line_and_130(command, capsys, monke
     assert code == 130 and err == [f"nnbench {command}: error: interrupted (Ctrl-C): what was finished is kept"]
 
 
+def foreground() -> None:
+    """A terminal's foreground process gets SIGINT's default: a test run in the background (`cmd &` in a script)
+    would hand its children SIGINT ignored, and Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(argv, after_s):
     """`nnbench ARGV` in a process of its own, as a terminal's Ctrl-C reaches it: SIGINT after `after_s` seconds."""
     proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], cwd=ROOT, env=user_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=foreground)
     time.sleep(after_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
