@@ -62,13 +62,21 @@ class Replaced:
     result: PointResult
 
 
+# The steady-state time and what follows from it: an unmeasured op withholds these and keeps the rest (its compile
+# count, first calls, samples, the spread between its processes, memory, the cores others used).
+ESTIMATES = ("median_s", "p25_s", "p75_s", "ci95_low_s", "ci95_high_s", "min_s", "mean_s", "std_s",
+             "throughput_samples_per_s") + DERIVED
+
+
 @dataclass(frozen=True)
 class Unmeasured:
-    """An op that gets no number here: why, and what its processes measured (kept in the raw data)."""
+    """An op that gets no time here: why, and the op as its processes measured it (kept in the raw data)."""
 
     reason: str
-    measurements: tuple[Measurement, ...]
-    background_cores: float = 0.0  # the most cores other processes used while it was sampled
+    op: OpReading
+
+    def metrics(self) -> dict[str, float]:
+        return {k: v for k, v in self.op.metrics().items() if k not in ESTIMATES}
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ class Reading:
     def background_cores(self) -> float:
         """The most cores other processes used while any op of the point was sampled."""
         return max([o.result.background_cores for o in self.ops.values() if o.result.background_cores is not None]
-                   + [u.background_cores for u in self.unmeasured.values()], default=0.0)
+                   + [u.op.result.background_cores or 0.0 for u in self.unmeasured.values()], default=0.0)
 
 
 def read(point: Point, results: list[PointResult], machine: MachineCheck | None = None,
@@ -123,7 +131,7 @@ def read(point: Point, results: list[PointResult], machine: MachineCheck | None 
     env = ok[0].environment
     peak = statistics.median(r.peak_tflops for r in ok) if ok[0].peak_tflops else None
     ops, skipped = measured(point, ok, peak, vendor_tflops(env.get("device_name", ""), env.get("precision_policy", "")))
-    far = {op: Unmeasured(why, o.measurements, o.result.background_cores or 0.0) for op, o in ops.items()
+    far = {op: Unmeasured(why, o) for op, o in ops.items()
            if (why := unmeasured([statistics.median(m.samples_s) for m in o.measurements]))}
     keys = sorted(set().union(*(r.machine for r in ok)))
     reading = replace(reading, device=ok[0].device, environment=env, skipped=skipped, peak_tflops=peak,

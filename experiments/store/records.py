@@ -129,8 +129,9 @@ def judged(r: Reading) -> dict[str, str]:
 
 
 def op_metrics(r: Reading) -> dict[str, float]:
-    """`<op>_<name>` for every number of every measured op, and the calibrated peak."""
-    out = {f"{op}_{k}": v for op, o in r.ops.items() for k, v in o.metrics().items()}
+    """`<op>_<name>` for every number of every measured op (an unmeasured one's without its time), and the calibrated
+    peak."""
+    out = {f"{op}_{k}": v for op, o in [*r.ops.items(), *r.unmeasured.items()] for k, v in o.metrics().items()}
     return out | ({"peak_tflops": r.peak_tflops} if r.peak_tflops else {})
 
 
@@ -144,7 +145,7 @@ def samples(r: Reading) -> dict[str, dict]:
                    "stop_reason": runs[0]["stop_reason"], "elapsed_s": sum(run["elapsed_s"] for run in runs),
                    "device": o.result.device, "processes": runs}
     for op, u in r.unmeasured.items():
-        runs = [dataclasses.asdict(m) for m in u.measurements]
+        runs = [dataclasses.asdict(m) for m in u.op.measurements]
         out[op] = {"samples_s": [t for run in runs for t in run["samples_s"]], "block": runs[0]["block"],
                    "unmeasured": u.reason, "processes": runs}
     for x in r.replaced:

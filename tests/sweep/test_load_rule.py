@@ -10,6 +10,7 @@ import pytest
 import models
 from experiments.common.job import Job
 from experiments.common.protocol import OpResult, Point, PointResult
+from experiments.measure.reading import ESTIMATES
 from experiments.sweep.points import Points, measure_process, remeasure
 from tests.helpers import config, ok_op
 
@@ -81,7 +82,8 @@ def test_the_rule_is_bounded_and_a_point_ten_times_apart_gets_no_number(tmp_path
     (k,) = kept.done
     assert [x.process for x in k.reading.replaced] == [3, 3]
     assert "inference" not in k.reading.ops and "disagree 63× (0.95 ms to 60 ms)" in k.reading.unmeasured["inference"].reason
-    assert k.record.outcome == "ok" and not any(m.startswith("inference_") for m in k.record.metrics)
+    assert k.record.outcome == "ok" and not {f"inference_{m}" for m in ESTIMATES} & set(k.record.metrics)
+    assert k.record.metrics["inference_n_samples"] == 30 and k.record.metrics["inference_process_spread"] > 10
     assert "close other programs" in k.record.tags["unmeasured_reason_inference"]
     assert "inference unmeasured" in k.record.tags["mlflow.note.content"]
 
