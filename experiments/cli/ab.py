@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
-from experiments.common.errors import OK, BadInput
-
-INTERRUPTED = 130  # 128 + SIGINT
+from experiments.common.errors import INTERRUPTED, OK, BadInput
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -129,6 +127,13 @@ class Comparison:
         return f"ab {self.labels[1]} vs {self.labels[0]} · {' '.join(self.overrides) or 'the default points'}"
 
 
+def refuse_external(jobs, fix: str) -> None:
+    """BadInput, naming `fix`, where a job runs framework=external: its runner times itself, so it can't be paired."""
+    if any(str(j.config.framework.name) == "external" for j in jobs):
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       f"interleaved with another worker's; {fix}")
+
+
 def checked(key: str, vs: list[str], overrides: list[str], labels: list[str] | None = None) -> Comparison:
     """Both sides' jobs, composed through the sweep's door; BadInput where they can't be paired."""
     from experiments.common.config import register  # Hydra is slow to import: only once the arguments parsed
@@ -140,9 +145,7 @@ def checked(key: str, vs: list[str], overrides: list[str], labels: list[str] | N
     side_jobs = []
     for v in vs:
         side_jobs.append(jobs([*overrides, f"{key}={v}"]))
-        if any(str(j.config.framework.name) == "external" for j in side_jobs[-1]):
-            raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
-                           "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
+        refuse_external(side_jobs[-1], "compare it unpaired (python -m experiments.run -m ...)")
     va, vb = vs
     if len(side_jobs[0]) != len(side_jobs[1]):
         raise BadInput(f"{key}={va} makes {len(side_jobs[0])} jobs and {key}={vb} {len(side_jobs[1])}: sweep the "

@@ -39,7 +39,7 @@ from pathlib import Path
 from experiments.cli import ab
 from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
                                           sweep, sweep_jobs)
-from experiments.common.errors import OK, BadInput
+from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.common.options import probability, threshold
 from experiments.report.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD, Verdict, judge
 from experiments.store.uris import store_uri, validate
@@ -114,11 +114,9 @@ def bisect(a: argparse.Namespace) -> int:
     if design is None and jobs[0].config.bench.processes * a.repeats < 2:
         raise BadInput("bisect --unpaired judges versions by their processes, and this sweep measures one per "
                        "version: use bench=default (5 processes), or bench.processes=5, or --repeats 5")
-    if design is not None and str(jobs[0].config.framework.name) == "external":
-        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
-                       "interleaved with another worker's; add --unpaired")
     if design is None:
         return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
+    ab.refuse_external(jobs, "add --unpaired")
     return Paired(a, uri, jobs[0], versions, index, how, cache, design).run()
 
 
@@ -253,7 +251,7 @@ class Bisect:
             found, note = self.search()
         except Interrupted:
             tracking.set_status(self.uri, self.parent, "KILLED")
-            return ab.INTERRUPTED
+            return INTERRUPTED
         except BaseException:
             tracking.set_status(self.uri, self.parent, "KILLED")
             raise
@@ -491,7 +489,7 @@ class Paired(Bisect):
             Path(tmp, "bisect.json").write_text(json.dumps(answer, indent=1, default=str))
             tracking.finish_parent(self.uri, self.parent, Path(tmp), note=text, tags=tags)
         print(f"parent run {self.parent} in {self.uri}")
-        return 1 if self.unsettled else OK
+        return LOST if self.unsettled else OK
 
 
 def step(row: dict) -> str:

@@ -48,13 +48,12 @@ def add_pairing(p: argparse.ArgumentParser, unpaired: str) -> None:
                        help="compare paired, nnbench ab's engine (the default: accepted, changes nothing)")
 
 
-def design_given(a: argparse.Namespace, add_design, flags: tuple[str, ...] | None = None) -> list[str]:
-    """The paired design's flags set on the command line (those `add_design` adds, off their defaults; only
-    `flags`, where given), as `--max-pairs`."""
+def design_given(a: argparse.Namespace, add_design) -> list[str]:
+    """The paired design's flags set on the command line (those `add_design` adds, off their defaults), as
+    `--max-pairs`."""
     defaults = argparse.ArgumentParser()
     add_design(defaults)
-    given = [k for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
-    return [f"--{k.replace('_', '-')}" for k in given if flags is None or k in flags]
+    return [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
 
 
 def answering(a: argparse.Namespace, work) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 from experiments.cli import ab
 from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
                                           sweep, sweep_jobs)
-from experiments.common.errors import OK, BadInput
+from experiments.common.errors import INTERRUPTED, OK, BadInput
 from experiments.report.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri, validate
 
@@ -78,9 +78,8 @@ def versions(a: argparse.Namespace) -> int:
     validate(a.uri, a.experiment, "--uri")
     design = paired_design(a, len(specs))
     jobs = sweep_jobs(a, uri)
-    if design and any(str(j.config.framework.name) == "external" for j in jobs):
-        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
-                       "interleaved with another worker's; add --unpaired")
+    if design:
+        ab.refuse_external(jobs, "add --unpaired")
     built = build(specs, index, how, cache)
     if design:
         return compare_paired(a, uri, built, design)
@@ -164,7 +163,7 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
             rows = ab.measure(comparison, design, a.threshold, a.alpha, out / f"pair-{i}", store, "nnbench versions")
             if rows is None:
                 tracking.set_status(uri, parent, "KILLED")
-                return ab.INTERRUPTED
+                return INTERRUPTED
             tables.append(ab.table(rows) + ("\n" + ab.hints(rows) if ab.hints(rows) else ""))
             print(f"\n{tables[-1]}", flush=True)
     except BaseException:

@@ -9,6 +9,7 @@ baseline. Hydra is imported only by `register()`, so the worker can import these
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import shutil
 import subprocess
@@ -225,11 +226,15 @@ def see_packages_of(pythons: list[str] | tuple[str, ...]) -> None:
     for python in dict.fromkeys(map(str, pythons)):
         if not Path(python).is_file() or python == sys.executable:
             continue  # not an interpreter (the door says so), or this one
-        r = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib']); "
-                            "print(sysconfig.get_paths()['platlib'])"], capture_output=True, text=True)
-        for path in r.stdout.split("\n") if r.returncode == 0 else []:
-            if path and path not in sys.path and Path(path).is_dir():
-                sys.path.append(path)
+        sys.path += [path for path in site_packages(python) if path not in sys.path and Path(path).is_dir()]
+
+
+@functools.cache
+def site_packages(python: str) -> tuple[str, ...]:
+    """The interpreter's purelib and platlib (asked once per process: `versions` registers for each pair)."""
+    r = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib']); "
+                        "print(sysconfig.get_paths()['platlib'])"], capture_output=True, text=True)
+    return tuple(dict.fromkeys(p for p in r.stdout.split("\n") if p)) if r.returncode == 0 else ()
 
 
 def installed_models() -> dict[str, Any]:

@@ -139,15 +139,12 @@ def samples(r: Reading) -> dict[str, dict]:
     """samples.json: per op every sample, pooled and per process, with the block, stop reason and device; the
     processes measured again (`replaced`, each with its number and reason) and an unmeasured op's processes too."""
     out = {}
-    for op, o in r.ops.items():
+    for op, o, why in [(op, o, None) for op, o in r.ops.items()] + [(op, u.op, u.reason) for op, u in
+                                                                     r.unmeasured.items()]:
         runs = [dataclasses.asdict(m) for m in o.measurements]
         out[op] = {"samples_s": [t for run in runs for t in run["samples_s"]], "block": runs[0]["block"],
                    "stop_reason": runs[0]["stop_reason"], "elapsed_s": sum(run["elapsed_s"] for run in runs),
-                   "device": o.result.device, "processes": runs}
-    for op, u in r.unmeasured.items():
-        runs = [dataclasses.asdict(m) for m in u.op.measurements]
-        out[op] = {"samples_s": [t for run in runs for t in run["samples_s"]], "block": runs[0]["block"],
-                   "unmeasured": u.reason, "processes": runs}
+                   "device": o.result.device, "processes": runs} | ({"unmeasured": why} if why else {})
     for x in r.replaced:
         for op, o in x.result.ops.items():
             if op in out and o.measurement is not None:

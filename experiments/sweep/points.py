@@ -91,7 +91,6 @@ class Points:
         self.replaced: list[list[Replaced]] = [[] for _ in job.points]  # per point, processes measured again
         self.held: list[int] = []  # points measured by every process, one of them far off: to measure again
         self.again: list[int] = []  # held points still far after this round's worker: for the next one
-        self.last_round = False  # this round's worker is the last one the load rule may start
         self.waiting: list[Kept] = []  # saved, to be profiled
         self.queued: list[Kept] = []  # to be logged once the worker has ended
         self.done: list[Kept] = []  # saved with all they will get, in the order they were passed on
@@ -147,10 +146,10 @@ class Points:
                     out.setdefault(j, f"{op}: {why}")
         return list(out.items())
 
-    def retake(self, result: PointResult) -> None:
+    def retake(self, result: PointResult, last: bool) -> None:
         """One more worker's result for the next held point: it takes the place of the point's first far process,
         which stays in the raw data with its reason. The point waits for the next worker while a process is still
-        far and this is not the last round; else it is saved. A failed result leaves the point as it was."""
+        far and this worker is not the `last` one; else it is saved. A failed result leaves the point as it was."""
         i = self.held.pop(0)
         if result.failure is not None:
             if interrupts.pending():  # the signal stopped the worker: the point keeps what it had
@@ -164,9 +163,15 @@ class Points:
         self.results[i][j] = result
         log.info("%s: process %d of %d measured again, its first reading set aside (%s)",
                  records.run_name(self.job, self.job.points[i]), j + 1, len(self.results[i]), why)
-        if not self.last_round and self.far(i):
+        if not last and self.far(i):
             return self.again.append(i)
         self.measured_all(i)
+
+    def stopped(self, e: interrupts.Interrupted) -> None:
+        """A signal stopped the job between its workers: the saved points keep their timings, unprofiled."""
+        for waiting in self.waiting:
+            self.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
+        self.waiting = []
 
     def release(self, points: list[int]) -> None:
         """Held points saved with the processes they have (the load rule's workers are done or stopped)."""
@@ -367,9 +372,7 @@ def measure_process(kept: Points, r: int, request: Request, measure: Callable) -
         for p in [p for p, got in zip(kept.job.points, kept.results) if len(got) == r]:
             kept.take(r, PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
     except interrupts.Interrupted as e:  # the points measured to the end keep their timings, unprofiled
-        for waiting in kept.waiting:
-            kept.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
-        kept.waiting = []
+        kept.stopped(e)
         raise
     finally:
         kept.log_queued()
@@ -383,19 +386,16 @@ def remeasure(kept: Points, request: Request, measure: Callable) -> None:
     for k in range(bench.remeasure):
         if not kept.held:
             return
-        kept.last_round = k == bench.remeasure - 1
         points = tuple(kept.job.points[i] for i in kept.held)
         try:
             measure(dataclasses.replace(request, points=points), kept.job_dir / f"process-{bench.processes + k}",
-                    bench.timeout_s, on_result=kept.retake)
+                    bench.timeout_s, on_result=partial(kept.retake, last=k == bench.remeasure - 1))
         except Exception:  # a harness bug must not stop the sweep either: the points keep what they have
             log.error("measuring far processes again failed: %s", traceback.format_exc().splitlines()[-1])
         except interrupts.Interrupted as e:  # every point keeps what it has, unprofiled
             kept.release(kept.held + kept.again)
-            kept.held = kept.again = []
-            for waiting in kept.waiting:
-                kept.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
-            kept.waiting = []
+            kept.held, kept.again = [], []
+            kept.stopped(e)
             raise
         finally:
             kept.release(kept.held)  # the points this worker left
@@ -423,9 +423,7 @@ def summary(kept: Kept) -> str:
     r = kept.reading
     if r.failure is not None:
         return "FAILED: " + r.failure.splitlines()[0]
-    parts = [timed(op, r.ops[op].stats) if op in r.ops else f"{op} UNMEASURED: {r.unmeasured[op].reason}"
-             if op in r.unmeasured else f"{op} skipped ({r.skipped[op]})"
-             for op in r.point.ops if op in r.ops or op in r.skipped or op in r.unmeasured]
+    parts = [said for op in r.point.ops if (said := op_line(r, op))]
     if r.noisy:
         parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
     parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
@@ -444,6 +442,15 @@ def summary(kept: Kept) -> str:
         parts.append(f"{op} profiled: {p.wall_s * 1e3:.3f} ms ({p.wall_s / r.ops[op].stats.median_s:.2f}× the "
                      f"median), most in {top} ({share[top] * 1e3:.3f} ms)")
     return "; ".join(parts)
+
+
+def op_line(r: Reading, op: str) -> str:
+    """An op's part of the console line: its time and interval, or why it has none ("" for an op not read)."""
+    if op in r.ops:
+        return timed(op, r.ops[op].stats)
+    if op in r.unmeasured:
+        return f"{op} UNMEASURED: {r.unmeasured[op].reason}"
+    return f"{op} skipped ({r.skipped[op]})" if op in r.skipped else ""
 
 
 def timed(op: str, s: Stats) -> str:
