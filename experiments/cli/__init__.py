@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib import import_module
 from typing import NoReturn
 
-from experiments.common.errors import BAD_INPUT, INTERRUPTED, LOST, BadInput, error_line, first_line
+from experiments.common.errors import BAD_INPUT, INTERRUPTED, LOST, BadInput, Lost, error_line, first_line
 
 # name: (module, one line for `nnbench --help`)
 COMMANDS = {
@@ -135,3 +135,6 @@ def dispatch(argv: list[str], chosen: str | None) -> int:
     except BadInput as e:
         print(error_line(str(e), f"nnbench {args.command}"), file=sys.stderr)
         return BAD_INPUT
+    except Lost as e:
+        print(error_line(str(e), f"nnbench {args.command}"), file=sys.stderr)
+        return LOST

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
-from experiments.common.errors import INTERRUPTED, OK, BadInput
+from experiments.common.errors import INTERRUPTED, OK, BadInput, Lost
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -205,6 +205,8 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
         return None
     except BaseException as e:
         store.close("FAILED", rows, f"failed after {len(rows)} points: {type(e).__name__}: {e}")
+        if isinstance(e, StoreLost):
+            raise Lost(f"{e}; {len(rows)} points logged under {store.parent}; every pair measured is in {out}") from None
         raise
     store.close("FINISHED", rows)
     return rows
@@ -218,6 +220,10 @@ def point_row(model: str, c, sides, design, frameworks: dict[str, str]) -> dict:
             "b": sides[1].label, "ratio": finite(v.ratio), "interval": [finite(v.ci_low), finite(v.ci_high)],
             "verdict": str(v.verdict), "pairs": v.pairs, "bursts": design.rounds, "p_value": finite(v.p_value),
             "q_value": finite(v.q_value), "skipped": c.skipped, "oversubscribed": oversubscribed(c, frameworks)}
+
+
+class StoreLost(Exception):
+    """A point's run could not be logged: the store's failure in one line."""
 
 
 class Store:
@@ -246,9 +252,14 @@ class Store:
 
     def points(self, model: str, judged, sides, design, frameworks: dict[str, str]) -> list[dict]:
         """A job's judged points, each logged as its child run: what `ab` says of each."""
+        from experiments.store.uris import failure  # the store's words: only once measured
+
         rows = [point_row(model, c, sides, design, frameworks) for c in judged]
         for row, c in zip(rows, judged):
-            row["run_id"] = self.point(row, c, frameworks)
+            try:
+                row["run_id"] = self.point(row, c, frameworks)
+            except Exception as e:  # the store went away while the pairs ran
+                raise StoreLost(failure(self.uri, e, "--uri")) from None
         return rows
 
     def point(self, row: dict, c, frameworks: dict[str, str]) -> str:

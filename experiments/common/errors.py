@@ -20,6 +20,11 @@ class BadInput(Exception):
     """Input the user must fix; shown as one line, nothing is written to the store."""
 
 
+class Lost(Exception):
+    """What was measured could not all be kept where asked (a store that went away): one line saying where it is,
+    exit LOST."""
+
+
 def first_line(e: BaseException) -> str:
     """The line of an error message that says what went wrong (for a database error: the driver's own words)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

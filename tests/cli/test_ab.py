@@ -160,3 +160,29 @@ def test_a_ctrl_c_keeps_the_points_judged_in_the_interrupted_job(tmp_path, monke
     child = df[df["tags.nnbench.ab_point"] == "true"].iloc[0]
     assert sorted(df["status"]) == ["FINISHED", "KILLED"] and child["tags.verdict"] == str(judged.verdict)
     assert child["metrics.ratio"] == pytest.approx(judged.ratio) and child["params.batch_size"] == "2"
+
+
+def test_a_store_that_goes_away_is_one_line_naming_where_the_pairs_are(tmp_path, monkeypatch, paired_store):
+    from experiments.cli import ab
+    from experiments.common.errors import Lost
+
+    (judged,) = judge_pairs([[0.01, 0.012, 0.009]], 0.03, 0.05)
+
+    def compared(*args, **kwargs):
+        c = pairs.Compared(2, "inference")
+        c.verdict = judged
+        return [c]
+
+    def gone(*args, **kwargs):
+        raise ConnectionError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(pairs, "compare", compared)
+    comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
+    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
+    monkeypatch.setattr(ab.Store, "point", gone)
+    with pytest.raises(Lost) as e:
+        ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged)
+    assert "Connection refused" in str(e.value) and f"every pair measured is in {tmp_path}" in str(e.value)
+    assert "\n" not in str(e.value)
+    (status,) = runs_since(paired_store, t0)["status"]
+    assert status == "FAILED"
