@@ -199,17 +199,22 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
                 raise
             rows += store.points(model, judged, sides, design, frameworks)
     except KeyboardInterrupt:
-        store.close("KILLED", rows, f"interrupted after {len(rows)} points")
-        print(f"{prog}: interrupted: {len(rows)} points logged under {store.parent}; the pairs measured are in "
+        store.close("KILLED", rows, f"interrupted after {n_points(len(rows))}")
+        print(f"{prog}: interrupted: {n_points(len(rows))} logged under {store.parent}; the pairs measured are in "
               f"{out}", file=sys.stderr)
         return None
     except BaseException as e:
-        store.close("FAILED", rows, f"failed after {len(rows)} points: {type(e).__name__}: {e}")
+        store.close("FAILED", rows, f"failed after {n_points(len(rows))}: {type(e).__name__}: {e}")
         if isinstance(e, StoreLost):
-            raise Lost(f"{e}; {len(rows)} points logged under {store.parent}; every pair measured is in {out}") from None
+            raise Lost(f"{e}; {n_points(len(rows))} logged under {store.parent}; every pair measured is in "
+                       f"{out}") from None
         raise
     store.close("FINISHED", rows)
     return rows
+
+
+def n_points(n: int) -> str:
+    return f"{n} point{'' if n == 1 else 's'}"
 
 
 def point_row(model: str, c, sides, design, frameworks: dict[str, str]) -> dict:

@@ -106,7 +106,7 @@ def bisect(a: argparse.Namespace) -> int:
                        "widen the range")
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
-    jobs = sweep_jobs(a, uri)
+    jobs = sweep_jobs(a, uri, lambda: [start_env(a, versions[0], index, how, cache)])
     if len(jobs) != 1 or len(jobs[0].points) != 1 or len(jobs[0].points[0].ops) != 1:
         n = sum(len(p.ops) for j in jobs for p in j.points)
         raise BadInput(f"the overrides make {n} measured ops; bisect follows one: give one model, one op and one "
@@ -118,6 +118,17 @@ def bisect(a: argparse.Namespace) -> int:
         return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
     ab.refuse_external(jobs, "add --unpaired")
     return Paired(a, uri, jobs[0], versions, index, how, cache, design).run()
+
+
+def start_env(a: argparse.Namespace, version: str, index, how: str, cache):
+    """The range's first version's environment (built, or from the cache), for a network only it declares."""
+    from experiments.harness import envs  # packaging: only once the arguments parse
+
+    try:
+        return envs.get(envs.Spec(((a.package, version),)), index, how, cache, envs.packages())
+    except envs.BuildError as e:
+        raise BadInput(f"{e}: the range's first version is needed to check model=; fix the range, or pass "
+                       "--index-url/--find-links (nothing was measured)") from None
 
 
 def paired_design(a: argparse.Namespace):

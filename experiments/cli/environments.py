@@ -80,9 +80,11 @@ def build_options(a: argparse.Namespace):
         raise BadInput(str(e)) from None
 
 
-def sweep_jobs(a: argparse.Namespace, uri: str):
+def sweep_jobs(a: argparse.Namespace, uri: str, environments=None):
     """The sweep's jobs, composed and validated (the overrides, the store, this interpreter's probe) before anything
-    is built; BadInput naming the fix."""
+    is built; BadInput naming the fix. A `model=` this interpreter doesn't know may be a network that only the
+    environments compared declare (`nnbench versions mypkg==1.0,1.1 model=mynet`): then `environments()` builds them
+    and the overrides are checked again with their networks."""
     from experiments.common.config import register  # Hydra is slow to import: only for the commands that sweep
     from experiments.sweep import commandline
 
@@ -92,9 +94,15 @@ def sweep_jobs(a: argparse.Namespace, uri: str):
         key = o.lstrip("+~").split("=", 1)[0]
         if key in SET_BY_COMMAND:
             raise BadInput(f"{key} is set by nnbench {a.command}: {SET_BY_COMMAND[key]}")
+    argv = ["-m", *a.overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"]
     register()
-    validated = commandline.explained(["-m", *a.overrides, f"mlflow.tracking_uri={uri}",
-                                     f"mlflow.experiment_name={a.experiment}"])
+    try:
+        validated = commandline.explained(argv)
+    except BadInput:
+        if environments is None or not any(o.lstrip("+").startswith("model=") for o in a.overrides):
+            raise
+        register([str(e.python) for e in environments()])
+        validated = commandline.explained(argv)
     if validated is None or validated.jobs is None:
         raise BadInput(f"nnbench {a.command} runs the basic sweeper's jobs: drop hydra/sweeper and the print flags")
     return validated.jobs

@@ -77,10 +77,11 @@ def versions(a: argparse.Namespace) -> int:
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
     design = paired_design(a, len(specs))
-    jobs = sweep_jobs(a, uri)
+    built: list = []
+    jobs = sweep_jobs(a, uri, lambda: built.extend(build(specs, index, how, cache)) or built)
     if design:
         ab.refuse_external(jobs, "add --unpaired")
-    built = build(specs, index, how, cache)
+    built = built or build(specs, index, how, cache)
     if design:
         return compare_paired(a, uri, built, design)
     if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along

@@ -118,9 +118,11 @@ class PairResult(Json):
         return stats.pair_log_ratio([x.samples_s for x in self.a_bursts], [x.samples_s for x in self.b_bursts])
 
     def busy_cores(self, side: str) -> float:
-        """Other processes' CPU use while this side's bursts ran, in cores (the median over its bursts)."""
+        """Other processes' CPU use while this side's bursts ran, in cores: over all its bursts together (a single
+        burst's reading is too coarse, see `background_cores`)."""
         bursts = self.a_bursts if side == "A" else self.b_bursts
-        return float(np.median([background_cores(x.meter) for x in bursts])) if bursts else 0.0
+        return background_cores({k: sum(x.meter[k] for x in bursts) for k in ("busy_cpu_s", "own_cpu_s", "wall_s")}
+                                ) if bursts else 0.0
 
     def oversubscribed(self, side: str, framework: str) -> str | None:
         """Where this side's intra-op threads outnumbered the cores free during its bursts: why, and what to set."""

@@ -30,8 +30,9 @@ installed version decides the work, so each worker measures its own environment'
   found (synthetic: the A/A comparisons' second side scaled, its pairs' log ratios shifted), and the wall time per
   judged point.
 
-The full calibration (24 paired comparisons of 40-80 s and 32 points swept unpaired: about 40 minutes on a quiet
-2-core machine, well over an hour on a loaded one, where framework.threads=1 keeps torch's calls from stalling):
+The full calibration (24 paired comparisons of about 33 s, up to 80 s while inconclusive, and 32 points swept
+unpaired: 18 minutes on a quiet 2-core machine, well over an hour on a loaded one, where framework.threads=1 keeps
+torch's calls from stalling):
 
     python -m experiments calibrate --paired --repeats 8
 
@@ -61,7 +62,7 @@ from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
 from experiments.harness import pairs
-from experiments.report.verdict import Verdict, judge, judge_pairs, process_medians, welch
+from experiments.report.verdict import Verdict, judge_pairs, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 

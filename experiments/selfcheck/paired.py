@@ -38,7 +38,6 @@ from experiments.common.config import register
 from experiments.common.errors import OK, BadInput, fail
 from experiments.harness import pairs
 from experiments.measure import machine, stats
-from experiments.measure.meter import background_cores
 from experiments.report.verdict import PAIRED_THRESHOLD, Verdict, judge_pairs
 from experiments.sweep import commandline
 
@@ -99,7 +98,7 @@ def interleaved(sides: dict[float, tuple[pairs.Side, pairs.Side]], n: int, side_
 
 
 def busy(r: pairs.PairResult) -> float:
-    return float(np.median([background_cores(x.meter) for x in r.a_bursts + r.b_bursts])) if r.ok else math.nan
+    return (r.busy_cores("A") + r.busy_cores("B")) / 2 if r.ok else math.nan
 
 
 def estimators(r: pairs.PairResult) -> tuple[float, float, float, float]:

@@ -155,7 +155,7 @@ def test_a_ctrl_c_keeps_the_points_judged_in_the_interrupted_job(tmp_path, monke
     logged = ab.Store.open(paired_store, "nnbench", comparison, design)
     assert ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged) is None
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"nnbench ab: interrupted: 1 points logged under {logged.parent}"), line
+    assert line.startswith(f"nnbench ab: interrupted: 1 point logged under {logged.parent}"), line
     df = runs_since(paired_store, t0)
     child = df[df["tags.nnbench.ab_point"] == "true"].iloc[0]
     assert sorted(df["status"]) == ["FINISHED", "KILLED"] and child["tags.verdict"] == str(judged.verdict)

@@ -1,5 +1,6 @@
 """nnbench-planted's network (`model=planted`) in environments built offline: this process sees it only through
 them, and each environment's version decides the work in the worker's own step (its FLOPs, its paired time)."""
+import argparse
 import json
 import math
 import subprocess
@@ -45,6 +46,28 @@ def test_the_network_is_seen_here_only_through_the_environments(built, monkeypat
     config.see_packages_of([str(built["1.0"].python), "/no/such/python"])  # a wrong path is the door's to report
     assert planted.NAME in models.installed() and set(config.installed_models()[planted.NAME].__dataclass_fields__) \
         == {"name", "n", "depth"}
+
+
+@pytest.mark.slow
+def test_the_door_checks_a_network_only_the_environments_declare(built, monkeypatch, tmp_path):
+    """`nnbench versions nnbench-planted==1.0,3.0 model=planted`: this interpreter doesn't have the network, so the
+    overrides are checked again once the environments are built, with their networks; a model no environment
+    declares is still one line."""
+    from experiments.cli.environments import sweep_jobs
+    from experiments.common.errors import BadInput
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # register appends the environments' site-packages to a copy
+    a = argparse.Namespace(command="versions", repeats=1, experiment="nnbench",
+                           overrides=[f"model={planted.NAME}", "model.n=64", "framework=torch", "ops=[inference]"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with pytest.raises(BadInput, match=planted.NAME):
+        sweep_jobs(a, uri)  # no environments to ask
+    asked = []
+    (job,) = sweep_jobs(a, uri, lambda: asked.append(1) or list(built.values()))
+    assert asked == [1] and job.config.model["name"] == planted.NAME and job.config.model["n"] == 64
+    a.overrides[0] = "model=no_such_network"
+    with pytest.raises(BadInput, match="no_such_network"):
+        sweep_jobs(a, uri, lambda: list(built.values()))
 
 
 @pytest.mark.slow
