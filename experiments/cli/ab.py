@@ -191,13 +191,14 @@ def measure(comparison: Comparison, design, threshold: float, alpha: float, out:
                      for j, label, n in ((ja, comparison.labels[0], "A"), (jb, comparison.labels[1], "B"))]
             model = ja.config.model["name"]
             frameworks = {"A": str(ja.config.framework.name), "B": str(jb.config.framework.name)}
+            variant = ja.variant if ja.variant == jb.variant else f"{jb.variant} over {ja.variant}"
             try:
                 judged = pairs.compare(*sides, design, lambda lr: judge_pairs(lr, threshold, alpha), where,
                                        on_pair=progress(model))
             except pairs.Stopped as e:  # the job's points that had their pairs are logged before the parent ends
-                rows += store.points(model, e.compared, sides, design, frameworks)
+                rows += store.points(model, e.compared, sides, design, frameworks, variant)
                 raise
-            rows += store.points(model, judged, sides, design, frameworks)
+            rows += store.points(model, judged, sides, design, frameworks, variant)
     except KeyboardInterrupt:
         store.close("KILLED", rows, f"interrupted after {n_points(len(rows))}")
         print(f"{prog}: interrupted: {n_points(len(rows))} logged under {store.parent}; the pairs measured are in "
@@ -217,12 +218,15 @@ def n_points(n: int) -> str:
     return f"{n} point{'' if n == 1 else 's'}"
 
 
-def point_row(model: str, c, sides, design, frameworks: dict[str, str]) -> dict:
-    """What `ab` says of one point: the JSON object (`--json`) and the child run's numbers."""
+def point_row(model: str, c, sides, design, frameworks: dict[str, str], variant: str) -> dict:
+    """What `ab` says of one point: the JSON object (`--json`) and the child run's numbers. `variant`: the job's
+    (framework, compile, precision), which tells apart the points of `framework=jax,torch` compared along another
+    axis."""
     v = c.verdict
     finite = lambda x: None if x is None or x != x else x  # noqa: E731  (NaN: no interval)
     return {"point": {"model": model, "op": c.op, "batch_size": c.batch_size}, "a": sides[0].label,
-            "b": sides[1].label, "ratio": finite(v.ratio), "interval": [finite(v.ci_low), finite(v.ci_high)],
+            "b": sides[1].label, "variant": variant, "ratio": finite(v.ratio),
+            "interval": [finite(v.ci_low), finite(v.ci_high)],
             "verdict": str(v.verdict), "pairs": v.pairs, "bursts": design.rounds, "p_value": finite(v.p_value),
             "q_value": finite(v.q_value), "skipped": c.skipped, "oversubscribed": oversubscribed(c, frameworks)}
 
@@ -255,11 +259,11 @@ class Store:
         tracking.set_tags(uri, run_id, {"ab_a": comparison.labels[0], "ab_b": comparison.labels[1], "paired": "true"})
         return cls(uri, exp, run_id)
 
-    def points(self, model: str, judged, sides, design, frameworks: dict[str, str]) -> list[dict]:
+    def points(self, model: str, judged, sides, design, frameworks: dict[str, str], variant: str) -> list[dict]:
         """A job's judged points, each logged as its child run: what `ab` says of each."""
         from experiments.store.uris import failure  # the store's words: only once measured
 
-        rows = [point_row(model, c, sides, design, frameworks) for c in judged]
+        rows = [point_row(model, c, sides, design, frameworks, variant) for c in judged]
         for row, c in zip(rows, judged):
             try:
                 row["run_id"] = self.point(row, c, frameworks)
@@ -275,7 +279,7 @@ class Store:
 
         p = row["point"]
         params = {**p, "axis_a": row["a"], "axis_b": row["b"], "framework_a": frameworks["A"],
-                  "framework_b": frameworks["B"]}
+                  "framework_b": frameworks["B"], "variant": row["variant"]}
         name = f"{p['model']} · {p['op']} · bs{p['batch_size']} · {row['b']} vs {row['a']}"
         run_id = tracking.start_parent(self.uri, self.experiment_id, name, params, self.parent, kind="ab_point")
         try:
@@ -355,9 +359,11 @@ def hints(rows: list[dict]) -> str:
 def table(rows: list[dict]) -> str:
     from tabulate import tabulate  # only once measured
 
-    body = [[r["point"]["model"], r["point"]["op"], r["point"]["batch_size"], f"{r['ratio']:.3f}",
+    several = len({r.get("variant") for r in rows}) > 1  # framework=jax,torch along another axis: say which
+    body = [[r["point"]["model"], *([r["variant"]] if several else []), r["point"]["op"], r["point"]["batch_size"],
+             f"{r['ratio']:.3f}",
              f"[{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]" if r["interval"][0] is not None else "",
              r["skipped"] and f"skipped: {r['skipped']}" or r["verdict"], r["pairs"]] for r in rows]
     head = f"paired, B/A: {rows[0]['b']} over {rows[0]['a']} (above 1: slower)\n" if rows else ""
-    return head + tabulate(body, ["model", "op", "batch", "B/A", "95% interval", "verdict", "pairs"],
-                           tablefmt="github")
+    return head + tabulate(body, ["model", *(["variant"] if several else []), "op", "batch", "B/A", "95% interval",
+                                  "verdict", "pairs"], tablefmt="github")

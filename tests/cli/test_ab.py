@@ -78,7 +78,7 @@ def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path,
     assert main(argv) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["point"] == {"model": "mlp_relu", "op": "inference", "batch_size": 2}
-    assert row["pairs"] == 2 and row["bursts"] == 3 and row["skipped"] is None
+    assert row["pairs"] == 2 and row["bursts"] == 3 and row["skipped"] is None and row["variant"] == "torch-eager fp32"
     lo, hi = row["interval"]
     assert lo <= row["ratio"] <= hi
     assert set(row["oversubscribed"]) <= {"A", "B"}  # per side: in how many pairs, and the hint
@@ -102,11 +102,23 @@ def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path,
     assert child["run_id"] == row["run_id"] and child["tags.verdict"] == row["verdict"]
     assert child["tags.paired"] == "true" and child["params.model"] == "mlp_relu" and child["params.op"] == "inference"
     assert child["params.batch_size"] == "2" and child["metrics.pairs"] == 2
+    assert child["params.variant"] == row["variant"]
     assert (child["metrics.ratio"], child["metrics.ci95_low"], child["metrics.ci95_high"]) == pytest.approx(
         (row["ratio"], lo, hi))
     kept = mlflow.artifacts.load_dict(f"runs:/{child['run_id']}/bursts.json")
     assert [len(p["a"]) for p in kept["pairs"]] == [len(p["b"]) for p in kept["pairs"]] == [3, 3]
     assert kept["pairs"][0]["a"] == [b.samples_s for b in PairResult.from_json(files[0].read_text()).a_bursts]
+
+
+def test_the_table_names_the_variant_where_the_points_have_several():
+    """`ab runtime.python=A,B framework=jax,torch`: the same model, op and batch twice, told apart by the variant."""
+    from experiments.cli.ab import table
+
+    row = {"point": {"model": "lenet", "op": "inference", "batch_size": 2}, "a": "A", "b": "B", "ratio": 1.0,
+           "interval": [0.99, 1.01], "verdict": "no change", "pairs": 6, "skipped": None}
+    one = table([row | {"variant": "jax-jit fp32"}])
+    two = table([row | {"variant": "jax-jit fp32"}, row | {"variant": "torch-eager fp32"}])
+    assert "variant" not in one and "| variant" in two and "jax-jit fp32" in two and "torch-eager fp32" in two
 
 
 @pytest.mark.parametrize("fault", [KeyboardInterrupt, RuntimeError])
