@@ -48,7 +48,7 @@ def planted(monkeypatch):
         monkeypatch.setattr(pairs, "run_pair", run_pair)
         monkeypatch.setattr(pairs, "server", lambda side, log: None)
         job = SimpleNamespace(config=SimpleNamespace(model={"name": "mlp_relu"}, framework=SimpleNamespace(
-            name="torch")))
+            name="torch")), variant="torch-eager fp32")
         monkeypatch.setattr(ab, "checked", lambda key, vs, overrides, labels: ab.Comparison(
             key, tuple(vs), tuple(labels), overrides, ([job], [job])))
         monkeypatch.setattr(pairs.Side, "of", side)
