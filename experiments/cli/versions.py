@@ -26,6 +26,7 @@ removes them. See docs/comparing.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -77,11 +78,11 @@ def versions(a: argparse.Namespace) -> int:
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
     design = paired_design(a, len(specs))
-    built: list = []
-    jobs = sweep_jobs(a, uri, lambda: built.extend(build(specs, index, how, cache)) or built)
+    environments = functools.cache(lambda: build(specs, index, how, cache))  # built once, by the door or here
+    jobs = sweep_jobs(a, uri, environments)
     if design:
         ab.refuse_external(jobs, "add --unpaired")
-    built = built or build(specs, index, how, cache)
+    built = environments()
     if design:
         return compare_paired(a, uri, built, design)
     if len(specs) == 1:  # still a measurement (the sweep in that environment), but nothing to follow along
