@@ -19,6 +19,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+# a weight map's entries and the maps of the layers both frameworks have, for a user's build() (models.From, ...)
+from models._weights import LSTM_GATES, Entry, From, attention, encoder_layer, entry, lstm, lstm_name
+
 # Parameters are a flat dict {"<layer index path>.<name>": float32 array}, e.g. "0.kernel", "2.3.scale",
 # "1.1.qkv.kernel": Dense/Conv "kernel" (in, out) / HWIO and "bias"; BatchNorm "scale", "bias" and running
 # "mean", "var"; LayerNorm/GroupNorm "scale", "bias", RMSNorm "scale"; Embed/PosEmbed "embedding"; ClassToken
@@ -176,7 +179,6 @@ class MatmulChain:
 Layer = (Dense | Conv | BatchNorm | LayerNorm | RMSNorm | GroupNorm | Act | MaxPool | Upsample | Flatten
          | GlobalMeanPool | Mean | Residual | Concat | Embed | PosEmbed | ToTokens | ClassToken | Token | Attention
          | LSTM | MatmulChain)
-LSTM_GATES = ("i", "f", "g", "o")  # torch's order of the gates in weight_ih/weight_hh; flax's LSTMCell names them so
 
 
 def pair(v: int | tuple[int, int]) -> tuple[int, int]:
@@ -225,11 +227,6 @@ def _param_shapes(layers: tuple, prefix: str = "") -> dict[str, tuple[tuple[int,
             case Residual(inner) | Concat(inner):
                 out |= _param_shapes(inner, p)
     return out
-
-
-def lstm_name(side: str, gate: str) -> str:
-    """flax LSTMCell's Linear for one gate: ii, if_, ig, io (input side), hi, hf, hg, ho (hidden side)."""
-    return f"{side}{gate}" + ("_" if side + gate == "if" else "")  # `if` is a Python keyword
 
 
 def _fill(shape: tuple[int, ...], fill, rng: np.random.Generator) -> np.ndarray:
@@ -379,21 +376,6 @@ class Source:
     version: str  # the file's sha256 (first 16 hex digits), or the package's version
 
 
-# How a torch parameter becomes a Flax one when the weight map gives only its name: a `kernel` takes torch's
-# (out, in, *window) to flax's (*window, in, out) (Linear and Conv alike); anything else is copied as is.
-def flax_axes(flax_name: str, ndim: int, axes: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
-    """The np.transpose that takes a torch parameter to the layout of the Flax one (None: as is)."""
-    if axes is None and flax_name.rsplit(".", 1)[-1] == "kernel" and ndim >= 2:
-        return (*range(2, ndim), 1, 0)
-    return axes
-
-
-def to_flax(flax_name: str, a: np.ndarray, axes: tuple[int, ...] | None = None) -> np.ndarray:
-    """A torch parameter (or its gradient) in the layout of the Flax parameter it maps to."""
-    axes = flax_axes(flax_name, a.ndim, axes)
-    return np.ascontiguousarray(np.transpose(a, axes)) if axes is not None else a
-
-
 @dataclass(frozen=True, kw_only=True)
 class Network(Model):
     """A user's own network, as `build(**keys)` returns it: a torch builder and/or a Flax NNX builder (each a
@@ -401,14 +383,15 @@ class Network(Model):
 
     The torch module takes images as NCHW, the Flax one as NHWC (each framework's own layout); tokens and arrays
     come as declared. `weights` maps each Flax parameter path ("layers.0.kernel", as nnx.state flattens it) to
-    the torch parameter or buffer name it equals ("0.weight"), optionally as (name, axes) with an np.transpose;
-    without axes `to_flax`'s rule applies. It buys a parity check. `flops(op, batch)`, where given, is the count
+    the torch parameter or buffer it is read from: its name ("0.weight"), (name, axes) with an np.transpose, or a
+    `From` (rows of a packed parameter, reshaped, or a function of it); `attention`, `encoder_layer` and `lstm`
+    give a whole layer's entries. It buys a parity check. `flops(op, batch)`, where given, is the count
     per call that every framework's MFU is computed from.
     """
 
     torch: Callable[[], Any] | None = None
     flax: Callable[[], Any] | None = None
-    weights: Mapping[str, str | tuple[str, tuple[int, ...]]] | None = field(default=None, hash=False)
+    weights: Mapping[str, Entry] | None = field(default=None, hash=False)
     flops: Callable[[str, int], int] | None = None
     source: Source | None = None  # set by `load`
     params: dict[str, int] = field(default_factory=dict, hash=False)  # trainable parameters per side, set by `load`
@@ -420,9 +403,9 @@ class Network(Model):
         """The torch side's count where there is one, else the Flax side's (`params` has both)."""
         return next(iter(self.params.values()), 0)
 
-    def weight_map(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-        """flax path -> (torch name, axes or None)."""
-        return {k: (v, None) if isinstance(v, str) else (v[0], tuple(v[1])) for k, v in (self.weights or {}).items()}
+    def weight_map(self) -> dict[str, From]:
+        """flax path -> how it is read from torch, every form of entry as a `From`."""
+        return {k: entry(k, v) for k, v in (self.weights or {}).items()}
 
 
 # ---- finding and loading a model by name

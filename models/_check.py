@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from models import Network, _short, flax_axes
+from models import Network, _short
+from models._weights import mismatch, unmapped, unread_rows
 
 
 def torch_side(net: Network) -> tuple[dict[str, tuple[int, ...]], set[str]]:
@@ -53,25 +54,31 @@ def flat(state) -> dict:
 
 def check_weights(net: Network, torch_shapes: dict, torch_trainable: set[str], flax_shapes: dict,
                   flax_params: set[str]) -> None:
-    """Every name in the map exists on its side with a shape that fits; every trainable parameter is mapped."""
-    mapping = net.weight_map()
+    """Every name in the map exists on its side, each reading gives its parameter's shape, every trainable parameter
+    is mapped and every row of a packed torch parameter is read."""
+    try:
+        mapping = net.weight_map()
+    except ValueError as e:
+        raise ValueError(f"{net.name}: {e}") from None
     if bad := sorted(set(mapping) - set(flax_shapes)):
         raise ValueError(f"{net.name}: the weight map names {', '.join(bad)}, not a parameter of the flax module "
                          f"(its parameters: {', '.join(sorted(flax_shapes)[:12])})")
-    if bad := sorted({t for t, _ in mapping.values()} - set(torch_shapes)):
+    read = {e.name for e in mapping.values()}
+    if bad := sorted(read - set(torch_shapes)):
         raise ValueError(f"{net.name}: the weight map names {', '.join(bad)}, not a parameter of the torch module "
                          f"(its parameters: {', '.join(sorted(torch_shapes)[:12])})")
-    for f, (t, axes) in mapping.items():
-        shape = torch_shapes[t]
-        order = flax_axes(f, len(shape), axes)
-        got = tuple(shape[i] for i in order) if order else shape
-        if got != flax_shapes[f]:
-            raise ValueError(f"{net.name}: the weight map's {f} {flax_shapes[f]} <- {t} {shape} reads as {got}: "
-                             f"give the axes, e.g. {f!r}: ({t!r}, (1, 0))")
+    for f, e in mapping.items():
+        if problem := mismatch(f, flax_shapes[f], e, torch_shapes[e.name]):
+            raise ValueError(f"{net.name}: {problem}")
     if left := sorted(flax_params - set(mapping)):
         raise ValueError(f"{net.name}: the weight map leaves out flax parameters {', '.join(left[:8])}: map each one")
-    if left := sorted(torch_trainable - {t for t, _ in mapping.values()}):
-        raise ValueError(f"{net.name}: the weight map leaves out torch parameters {', '.join(left[:8])}: map each one")
+    if left := sorted(torch_trainable - read):
+        raise ValueError(f"{net.name}: the weight map leaves out torch parameters {', '.join(left[:8])}: "
+                         f"{unmapped(left)}")
+    for t in sorted(read):
+        if left := unread_rows([e for e in mapping.values() if e.name == t], torch_shapes[t]):
+            raise ValueError(f"{net.name}: no entry of the weight map reads rows {left} of {t}: map them to the "
+                             "Flax parameter they hold")
 
 
 def checked(net: Network) -> Network:

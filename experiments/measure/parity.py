@@ -20,7 +20,7 @@ import models
 from experiments.common.protocol import Json
 from experiments.measure.backends import SMOKE, load, module
 from experiments.measure.flops import flops, source
-from models import Model, Network, is_stat, to_flax
+from models import Model, Network, is_stat
 
 TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the largest magnitude in it (as the tests)
 # A gradient is compared relative to at least this fraction of the largest gradient of any parameter (an absolute
@@ -115,7 +115,7 @@ def network(net: Network, seed: int, batch: int) -> Parity:
     fmodel = jb.build(net, seed, "fp32", train=False)
     mapping = net.weight_map()
     torch_values = {k: v.detach().numpy() for k, v in [*tmodel.named_parameters(), *tmodel.named_buffers()]}
-    state = [(path, var.replace(jax.numpy.asarray(to_flax(key, torch_values[mapping[key][0]], mapping[key][1])))
+    state = [(path, var.replace(jax.numpy.asarray(mapping[key].read(key, torch_values[mapping[key].name])))
               if (key := ".".join(map(str, path))) in mapping else var)
              for path, var in nnx.to_flat_state(nnx.state(fmodel))]
     nnx.update(fmodel, nnx.from_flat_state(state))
@@ -140,11 +140,10 @@ def network(net: Network, seed: int, batch: int) -> Parity:
     errors["loss"] = relative(float(loss_j), float(loss_t.detach()))
     grads = {".".join(map(str, path)): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(grads)}
     torch_grads = {n: p.grad.numpy() for n, p in tmodel.named_parameters() if p.grad is not None}
-    compared = [(key, name, axes) for key, (name, axes) in mapping.items()
-                if key in grads and name in torch_grads and not is_stat(key)]
-    floor = GRAD_FLOOR * max((float(np.abs(torch_grads[n]).max()) for _, n, _ in compared), default=0.0)
-    for key, name, axes in compared:
-        errors[f"{key} <- {name}"] = relative(grads[key], to_flax(key, torch_grads[name], axes), floor)
+    compared = {key: e for key, e in mapping.items() if key in grads and e.name in torch_grads and not is_stat(key)}
+    floor = GRAD_FLOOR * max((float(np.abs(torch_grads[e.name]).max()) for e in compared.values()), default=0.0)
+    for key, e in compared.items():  # each reading only moves values: it reads torch's gradient as it read the weight
+        errors[f"{key} <- {e.label()}"] = relative(grads[key], e.read(key, torch_grads[e.name]), floor)
     return verdict(errors, params)
 
 

@@ -153,7 +153,8 @@ def test_a_file_loads_with_its_source_and_both_counts(nets):
     ("badimport.py", {}, r"badimport.py failed to import: ModuleNotFoundError: No module named 'no_such_module_here'"),
     ("mlp.py", {"depth": 3}, r"^mlp.py has no key depth; its keys: width, weights$"),
     ("mlp.py", {"weights": "crossed"}, r"^mlp: the weight map's fc1.kernel \(32, 16\) <- fc1.weight \(16, 32\) "
-                                         r"reads as \(16, 32\): give the axes"),
+                                         r"reads as \(16, 32\): give its name alone, e.g. 'fc1.kernel': "
+                                         r"'fc1.weight'$"),
     ("conv.py", {}, None),  # a control: the conv net loads
 ])
 def test_bad_input_is_one_line_naming_the_fix(nets, file, keys, message):
