@@ -1,6 +1,6 @@
 """A weight map's readings (a name, (name, axes), `models.From` with rows, reshape or a function), the layers' maps
 (attention, an encoder layer, an LSTM's gates), the door's one-line refusals and the fix each names, and the parity
-of each framework's own attention layer."""
+of each framework's own attention layer, the documented example swept."""
 from __future__ import annotations
 
 import re
@@ -11,9 +11,10 @@ import pytest
 import models
 from experiments.measure import parity
 from models._weights import entry, fix
-from tests.helpers import ROOT
+from tests.helpers import BRIEF, ROOT, run, runs
 
 NETS = ROOT / "tests" / "fixtures" / "nets"  # attention.py, lstm.py: each framework's own layer, and bad maps
+EXAMPLE = ROOT / "docs" / "examples" / "encoder.py"  # the encoder docs/own-network.md shows
 
 
 def net(file: str, **keys) -> models.Network:
@@ -114,3 +115,26 @@ def test_each_framework_s_own_layer_at_parity_and_a_wrong_map_caught():
                                  ("lstm.py", "order", "rnn.cell.ig.kernel <- lstm.weight_ih_l0[15:20]")):
         wrong = parity.check(net(file, weights=weights))
         assert wrong.status == "failed" and wrong.worst > 1e-2 and wrong.where == where, wrong
+
+
+def test_the_documented_encoder_is_at_parity():
+    """docs/own-network.md shows the file as it is; torch's TransformerEncoderLayer against the Flax block."""
+    assert f"```python\n{EXAMPLE.read_text()}```" in (ROOT / "docs" / "own-network.md").read_text()
+    encoder = models.load("file", path=str(EXAMPLE), depth=1)
+    got = parity.check(encoder)
+    print(f"encoder parity: {got.status}, worst {got.worst:.3g} ({got.where})")
+    assert got.status == "ok" and got.worst < 1e-5, got
+    assert got.params["jax"] == got.params["torch"] == 64 * 32 + 32 * 10 + 10 + (4 * 32 * 32 + 4 * 32) \
+        + (2 * 32 * 128 + 128 + 32) + 4 * 32
+
+
+@pytest.mark.slow
+def test_a_sweep_of_the_documented_encoder_records_parity_ok(tmp_path):
+    r = run(["-m", "framework=jax,torch", "model=file", f"model.path={EXAMPLE}", "batch_size=8", "parity=true",
+             *BRIEF], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert set(df["params.framework"]) == {"jax", "torch"} and set(df["tags.parity"]) == {"ok"}, df.filter(like="tags")
+    worst = {float(w.split()[0]) for w in df["tags.parity_worst"]}
+    print(f"swept encoder parity: ok, worst {df['tags.parity_worst'].iloc[0]}")
+    assert len(worst) == 1 and worst.pop() < 1e-5
