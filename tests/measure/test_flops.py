@@ -12,7 +12,7 @@ from experiments.measure.parity import FlopCount, counted
 from experiments.measure.flops import ADAM_FLOPS_PER_PARAM, achieved_tflops, flops, source
 from experiments.common.protocol import Setup
 from models import Conv, Image, ModelSpec
-from tests.helpers import SEEDS, tiny
+from tests.helpers import ROOT, SEEDS, tiny
 
 BATCH = 4
 SEED = 0
@@ -162,3 +162,12 @@ def test_transformer_by_hand():
 def test_the_source_of_every_dsl_model_is_its_layers():
     assert {source(tiny(n)) for n in models.available()} == {"dsl"}
     assert counted(tiny("lenet"), "grad", 2) == FlopCount("grad", 2, flops(tiny("lenet"), "grad", 2), "dsl")
+
+
+def test_torch_counts_its_encoder_layers_inference_by_hand():
+    """nn.TransformerEncoderLayer's inference fast path has no formula: the counter sees the same math unfused
+    (docs/examples/encoder.py at batch 8, one layer: 128 tokens of 32 features, 4 heads)."""
+    encoder = models.load("file", path=str(ROOT / "docs" / "examples" / "encoder.py"), depth=1)
+    tokens, d = 8 * 16, 32
+    layer = 2 * tokens * d * 3 * d + 2 * 2 * 8 * 16 * 16 * d + 2 * tokens * d * d + 2 * 2 * tokens * d * 4 * d
+    assert counted(encoder, "inference", 8) == FlopCount("inference", 8, layer + 2 * 8 * d * 10, "torch")

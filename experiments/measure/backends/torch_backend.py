@@ -208,12 +208,19 @@ def count_flops(fn) -> int:
 
     Its per-module tracker is swapped for a no-op: its hooks break torch.autograd.grad w.r.t. a leaf input
     (matmul_chain's grad: "A leaf node was passed to _will_engine_execute_node", pytorch/pytorch#131753), and
-    only the global total is wanted.
+    only the global total is wanted. Attention's inference fast path (nn.MultiheadAttention and
+    nn.TransformerEncoderLayer in eval mode without grad) is off while counting: its fused kernels have no formula
+    (it counted a 2-layer encoder's inference as its classifier's alone), and the unfused path is the same math.
     """
     counter = flop_counter.FlopCounterMode(display=False)
     counter.mod_tracker = _GlobalOnly()
-    with counter:
-        fn()
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with counter:
+            fn()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     return counter.get_total_flops()
 
 
