@@ -5,12 +5,13 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
 import threading
 
 import pytest
 
-from experiments.common import interrupts
+from experiments.common import child, interrupts
 
 
 @pytest.fixture
@@ -98,3 +99,10 @@ def test_the_handlers_before_are_back_after_a_command():
         assert signal.getsignal(signal.SIGINT) is not before[0][0]
     assert ([signal.getsignal(s) for s in interrupts.SIGNALS], sys.unraisablehook) == before
 
+
+def test_a_sweep_run_as_a_child_gets_a_signal_whose_raise_was_dropped(handled, monkeypatch):
+    """The raise dropped (here: never made), the signal noted: the child gets it within a poll and ends, and the
+    interrupt goes on up."""
+    monkeypatch.setattr(interrupts, "_received", signal.SIGINT)
+    with pytest.raises(interrupts.Interrupted):
+        child.run_to_end([sys.executable, "-c", "import time; time.sleep(60)"])
