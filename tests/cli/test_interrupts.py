@@ -17,11 +17,23 @@ def ctrl_c(command: str, how: str = "Ctrl-C") -> list[str]:
     return [f"nnbench {command}: error: interrupted ({how}): what was finished is kept"]
 
 
-@pytest.mark.parametrize("argv,within_s", [(["check", "--seconds", "30"], 3.0)])  # a pure-Python loop in this process
+@pytest.mark.parametrize("argv,within_s", [
+    # jax and torch at work in this process: imports, compiles, the first round
+    pytest.param(["agree", "--quick"], 6.0, marks=pytest.mark.slow),
+    (["check", "--seconds", "30"], 3.0),  # a pure-Python loop in this process
+])
 def test_ctrl_c_at_random_moments_is_one_line_and_130(argv, within_s):
     for at in sorted(random.uniform(0.3, within_s) for _ in range(MOMENTS)):
         code, err, _ = interrupted(argv, at)
         assert (code, err) == (130, ctrl_c(argv[0])), f"SIGINT {at:.2f} s in"
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_inside_a_gc_callback_stops_agree():
+    """Where jax's gc callback once swallowed it, and agree ran all its rounds and exited 0."""
+    code, err, out = interrupted(["jax", "agree", "--quick"], None, program=IN_A_GC_CALLBACK)
+    assert (code, err) == (130, ctrl_c("agree"))
+    assert "max |ratio-1|" not in out  # stopped where it was, not after its rounds
 
 
 def test_a_ctrl_c_inside_a_gc_callback_is_honoured_and_not_printed_where_it_raises_at_once():
