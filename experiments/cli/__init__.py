@@ -2,20 +2,23 @@
 
 Each subcommand is one module with a docstring (its --help), `add_arguments(parser)` and `run(args) -> int`; only
 the module of the command asked for is imported, so `nnbench --help` stays instant. Every error a user can fix is
-one line, `nnbench <command>: error: <what>: <the fix>`, with the exit codes of `common.errors`; Ctrl-C is one
-line and exit 130 from every command. The sweep itself is `nnbench run -m ...`, the same process as
-`python -m experiments.run -m ...` (Hydra's command line). docs/commands.md is the commands' one vocabulary.
+one line, `nnbench <command>: error: <what>: <the fix>`, with the exit codes of `common.errors`; Ctrl-C (SIGTERM)
+is one line and exit 130 (143) from every command, by `common.interrupts`' handler (a command that runs frameworks
+in this process raises the signal at its own checkpoints). The sweep itself is `nnbench run -m ...`, the same
+process as `python -m experiments.run -m ...` (Hydra's command line). docs/commands.md is the commands' one vocabulary.
 """
 from __future__ import annotations
 
 import argparse
 import difflib
 import os
+import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from importlib import import_module
 from typing import NoReturn
 
+from experiments.common import interrupts
 from experiments.common.errors import BAD_INPUT, INTERRUPTED, LOST, BadInput, Lost, error_line, first_line
 
 # name: (module, one line for `nnbench --help`)
@@ -93,6 +96,9 @@ def installed() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`nnbench ARGV`; without `argv` this process is the command (`python -m experiments`, the `nnbench` script),
+    and a signal is honoured to its very end (`interrupts.guard_exit`)."""
+    whole = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:  # the sweep: this process becomes `python -m experiments.run`, its signals and all
         os.execv(sys.executable, [sys.executable, "-m", "experiments.run", *argv[1:]])
@@ -101,12 +107,37 @@ def main(argv: list[str] | None = None) -> int:
         near = difflib.get_close_matches(chosen, COMMANDS, n=1)
         Parser(prog="nnbench").error(f"no command {chosen!r}: " + (f"did you mean nnbench {near[0]}?" if near else
                                      f"use one of {', '.join(COMMANDS)}"))
+    prog = f"nnbench {chosen or ''}".strip()
+    if not whole:
+        with interrupts.handled():
+            return guarded(argv, chosen, prog)
+    interrupts.guard_exit(lambda signum: print(error_line(interrupted(signum), prog), file=sys.stderr))
+    interrupts.install()
+    code = guarded(argv, chosen, prog)
+    interrupts.exit_with(code)
+    return code
+
+
+def interrupted(signum: int) -> str:
+    """What every command says when a signal stopped it."""
+    how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    return f"interrupted ({how}): what was finished is kept"
+
+
+def guarded(argv: list[str], chosen: str | None, prog: str) -> int:
+    """The command, its interrupt and its faults each one line and an exit code: one place for every command."""
     try:
-        return dispatch(argv, chosen)
-    except KeyboardInterrupt:  # one place for every command: what was finished is kept
-        print(error_line("interrupted (Ctrl-C): what was finished is kept", f"nnbench {chosen or ''}".strip()),
-              file=sys.stderr)
-        return INTERRUPTED
+        code = dispatch(argv, chosen)
+        signum = interrupts.closing()
+        if code == INTERRUPTED:  # the command said so, its own way
+            return 128 + (signum or signal.SIGINT)
+        if signum:  # a signal in the command's last step, or one whose raise a callback dropped
+            raise interrupts.Interrupted(signum)
+        return code
+    except KeyboardInterrupt as e:  # what was finished is kept
+        signum = getattr(e, "signum", None) or interrupts.closing() or signal.SIGINT
+        print(error_line(interrupted(signum), prog), file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # `nnbench compare | head`: the reader left; Python's last flush at exit goes nowhere
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return LOST
@@ -114,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("NNBENCH_DEBUG"):
             raise
         print(error_line(f"unexpected {type(e).__name__}: {first_line(e)}: set NNBENCH_DEBUG=1 for the traceback, "
-                         "and report it", f"nnbench {chosen or ''}".strip()), file=sys.stderr)
+                         "and report it", prog), file=sys.stderr)
         return LOST
+    finally:
+        interrupts.closing()
 
 
 def dispatch(argv: list[str], chosen: str | None) -> int:

@@ -61,9 +61,7 @@ def run(a: argparse.Namespace) -> int:
         return OK
     if not port_free(a.port):
         raise BadInput(f"port {a.port} on 127.0.0.1 is in use: choose another with --port (e.g. --port {a.port + 1})")
-    for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and a kill stop the UI, even where a shell started
-        signal.signal(signum, interrupt)            # this in the background with SIGINT ignored (as the sweep)
-    proc, log = start(uri, path, a.port)
+    proc, log = start(uri, path, a.port)  # Ctrl-C and a kill raise in proc.wait(), as main() handles them
     try:
         links(uri, exp, latest, a.port)
         print("serving until Ctrl-C", flush=True)
@@ -71,10 +69,6 @@ def run(a: argparse.Namespace) -> int:
         raise BadInput(f"mlflow ui stopped: {last_error(log)}")
     finally:  # Ctrl-C goes on up: one line and exit 130, as from every command, once the UI is stopped
         stop(proc)
-
-
-def interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def links(uri: str, experiment_id: str, latest, port: int) -> None:

@@ -1,5 +1,6 @@
 """Framework-agnostic timing, run inside the worker: first call, warm-up, block sampling and the adaptive stop;
-and a paired worker's bursts."""
+and a paired worker's bursts. A command that times in its own process (`agree`, `overhead`) stops between two calls
+or blocks, outside the timed region, where its Ctrl-C waits (`common.interrupts`; in a worker, nothing is noted)."""
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from experiments.common.interrupts import checkpoint
 from experiments.common.protocol import Budget, Measurement
 from experiments.measure.stats import median_ci
 
@@ -40,6 +42,7 @@ def warm_up(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     while True:
         sync(fn())
         calls += 1
+        checkpoint()
         elapsed = clock() - t0
         if elapsed >= budget.warmup_s and calls >= budget.warmup_calls:
             return max(elapsed / calls, 1e-9), elapsed
@@ -86,6 +89,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
     while True:
         t1, per_call = timed_block(fn, sync, block, clock)
         samples.append(per_call)
+        checkpoint()
         if t1 - begun >= budget.min_time_s and ci_ok(samples, budget, between_sd):
             reason = "ci"
         elif t1 - begun >= budget.max_time_s and len(samples) >= min(budget.min_samples, 3):

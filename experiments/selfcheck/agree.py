@@ -8,6 +8,9 @@ For each model and framework (jax jit, torch eager: conf/framework's defaults, f
 one thread misreads), and by a bare perf_counter loop over blocks of `sync(fn())`. Each reads a median per call
 over blocks, for the same window. Many short rounds interleave the three (their order rotating), so drift hits
 all alike; a ratio is the median over rounds of the per-round ratio. The last line is `max |ratio-1| = X` over every ratio.
+
+The frameworks run in this process, so a Ctrl-C waits for the next checkpoint (`common.interrupts.deferred`): between
+cases, rounds and methods, and inside each method's timing window, between its blocks.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import yaml
 from torch.utils.benchmark import Timer
 
 import models
+from experiments.common import interrupts
 from experiments.common.config import CONF, OPS, bench_budget
 from experiments.common.options import positive
 from experiments.common.protocol import Budget, Setup
@@ -75,7 +79,7 @@ def run_time(budget: Budget) -> float:
 
 def timer(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget) -> float:
     t = Timer("sync(fn())", globals={"fn": fn, "sync": sync}, num_threads=torch.get_num_threads())
-    return t.blocked_autorange(min_run_time=run_time(budget)).median
+    return t.blocked_autorange(lambda *_: interrupts.checkpoint(), min_run_time=run_time(budget)).median
 
 
 def bare(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget) -> float:
@@ -84,11 +88,13 @@ def bare(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget) -> 
     while calls < budget.warmup_calls or time.perf_counter() - t0 < budget.warmup_s:
         sync(fn())
         calls += 1
+        interrupts.checkpoint()
     block = max(1, math.ceil(budget.min_block_s / ((time.perf_counter() - t0) / calls)))
     samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < budget.min_samples or time.perf_counter() - start < run_time(budget):
         samples.append(bare_loop(fn, sync, block))
+        interrupts.checkpoint()
     return float(np.median(samples))
 
 
@@ -110,6 +116,7 @@ def prepare(names: list[str], batch: int | None, op: str, precision: str, device
             for _ in range(3):
                 step.sync(step.fn())
             cases.append(Case(name, fw, b, step, (time.perf_counter() - t0) / 3))
+            interrupts.checkpoint()
     return cases
 
 
@@ -122,6 +129,7 @@ def interleave(cases: list[Case], budget: Budget, rounds: int) -> dict[tuple[str
         for c in cases:
             for m in order:
                 times[c.model, c.framework][m].append(TIMERS[m](c.step.fn, c.step.sync, c.budget(budget)))
+                interrupts.checkpoint()
         print(f"round {r + 1}/{rounds} done, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return times
 
@@ -166,6 +174,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with interrupts.deferred():  # jax and torch run in this process: a signal waits for the next checkpoint
+        return agree(args)
+
+
+def agree(args: argparse.Namespace) -> int:
+    """The three methods interleaved on every case; the table, the load meanwhile, the last line."""
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     names = args.models or (list(QUICK_MODELS) if args.quick else models.available())

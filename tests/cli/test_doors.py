@@ -2,10 +2,6 @@
 a non-zero exit and no traceback. In-process (`main(argv)`) against one small real store made once; subprocesses only
 where a signal must reach a process."""
 import json
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +13,8 @@ from experiments.measure.reading import read
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
 from experiments.sweep import hydra_errors
-from tests.helpers import ROOT, config, user_env, with_store
+from tests.helpers import config, with_store
+from tests.helpers.interrupts import interrupted
 
 TORCH = config("framework=torch", "device=cpu")
 
@@ -237,22 +234,6 @@ def test_ctrl_c_anywhere_in_a_command_is_one_line_and_130(command, capsys, monke
     monkeypatch.setattr(f"{COMMANDS[command][0]}.run", interrupt)
     code, err, _ = call([command, *MINIMAL[command]], capsys)
     assert code == 130 and err == [f"nnbench {command}: error: interrupted (Ctrl-C): what was finished is kept"]
-
-
-def foreground() -> None:
-    """A terminal's foreground process gets SIGINT's default: a test run in the background (`cmd &` in a script)
-    would hand its children SIGINT ignored, and Python then leaves it ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def interrupted(argv, after_s):
-    """`nnbench ARGV` in a process of its own, as a terminal's Ctrl-C reaches it: SIGINT after `after_s` seconds."""
-    proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], cwd=ROOT, env=user_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=foreground)
-    time.sleep(after_s)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, [ln for ln in err.splitlines() if ln.strip()], out
 
 
 @pytest.mark.parametrize("argv,after_s", [

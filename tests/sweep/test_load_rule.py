@@ -120,12 +120,13 @@ def test_skipped_ops_are_not_judged(tmp_path):
 
 
 def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_had(tmp_path, monkeypatch):
+    from experiments.common import interrupts as noted
     from experiments.sweep import interrupts
 
     class Stopped(Workers):
         def __call__(self, request, directory, timeout_s, on_result):
             if len(self.requests) == 5:  # the extra worker: the signal stops it
-                monkeypatch.setattr(interrupts, "_received", signal.SIGINT)
+                monkeypatch.setattr(noted, "_received", signal.SIGINT)
                 self.script.insert(0, PointResult(32, failure="stopped by SIGINT"))
             super().__call__(request, directory, timeout_s, on_result)
 
