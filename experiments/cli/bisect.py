@@ -36,12 +36,11 @@ import math
 import tempfile
 from pathlib import Path
 
-from experiments.cli import ab
-from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
-                                          sweep, sweep_jobs)
+from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.report.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD, Verdict, judge
+from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD, Verdict, judge
 from experiments.store.uris import store_uri, validate
 
 
@@ -58,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pre", action="store_true", help="include pre-releases and nightlies (.dev) in the range")
     add_pairing(p, "judge each probed version's sweep by Welch's t on per-process medians instead (fast, reuses "
                    "stored runs, finds only large changes here; the way for framework=external)")
-    ab.add_design(p, verdict=False)
+    add_design(p, verdict=False)
     add_environments(p)
 
 
@@ -116,7 +115,9 @@ def bisect(a: argparse.Namespace) -> int:
                        "version: use bench=default (5 processes), or bench.processes=5, or --repeats 5")
     if design is None:
         return Bisect(a, uri, jobs[0], versions, index, how, cache).run()
-    ab.refuse_external(jobs, "add --unpaired")
+    if jobs[0].config.framework.name == "external":
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       "interleaved with another worker's; add --unpaired")
     return Paired(a, uri, jobs[0], versions, index, how, cache, design).run()
 
 
@@ -134,7 +135,9 @@ def start_env(a: argparse.Namespace, version: str, index, how: str, cache):
 def paired_design(a: argparse.Namespace):
     """The paired design of the flags (None with --unpaired), and the threshold's default for the search chosen;
     BadInput naming the fix for a flag that doesn't fit, before anything is listed or built."""
-    given = design_given(a, lambda p: ab.add_design(p, verdict=False))
+    from experiments.compare import paired  # only once the arguments parse
+
+    given = design_given(a)
     if a.unpaired:
         if given:
             raise BadInput(f"{', '.join(given)} set the paired comparison: drop --unpaired")
@@ -143,7 +146,7 @@ def paired_design(a: argparse.Namespace):
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
     a.threshold = PAIRED_THRESHOLD if a.threshold is None else a.threshold
-    return ab.design_of(a)
+    return paired.Design(a.pairs, a.max_pairs, a.bursts, a.burst_ms, a.threshold, a.alpha)
 
 
 class Interrupted(Exception):
@@ -385,9 +388,7 @@ class Paired(Bisect):
         self.out = Path(tempfile.mkdtemp(prefix="nnbench-bisect-"))
 
     def params(self) -> dict:
-        d = self.design
-        return super().params() | {"paired": "true", "pairs": d.pairs, "max_pairs": d.max_pairs, "bursts": d.rounds,
-                                   "burst_ms": f"{d.burst_s * 1e3:g}", "order": d.order}
+        return super().params() | {"paired": "true", "design": " ".join(self.design.overrides()) or "the preset's"}
 
     def label(self, v: str) -> str:
         return f"{self.a.package}=={v}"
@@ -398,14 +399,16 @@ class Paired(Bisect):
         sides = [self.label(old), self.label(new)]
         row = next((r for r in self.steps if [r["a"], r["b"]] == sides), None)
         if row is None:
-            comparison = ab.checked("runtime.python", [f"'{self.envs[v].python}'" for v in (old, new)],
-                                    self.a.overrides, sides)
-            store = ab.Store.open(self.uri, self.a.experiment, comparison, self.design, self.parent)
-            rows = ab.measure(comparison, self.design, self.a.threshold, self.a.alpha, self.out / f"{old}-{new}",
-                              store, "nnbench bisect")
-            if rows is None:
+            from experiments.compare import paired  # the sweep and its records: only once measuring
+
+            out = self.out / f"{old}-{new}"
+            pythons = ",".join(f"'{self.envs[v].python}'" for v in (old, new))
+            code = paired.sweep([f"runtime.python={pythons}", *self.a.overrides, "report.along=runtime.python",
+                                 *self.design.overrides()], out, self.uri, self.a.experiment, self.parent,
+                                quiet=self.a.json)
+            if code in (128 + 2, 128 + 15):  # the sweep was interrupted (it said so, and closed its runs)
                 raise Interrupted()
-            (row,) = rows
+            row = step_row(sides, paired.verdicts(out), out)
             self.steps.append(row)
             self.say(f"{new} against {old}: {step(row)}")
         if row["skipped"]:
@@ -455,7 +458,7 @@ class Paired(Bisect):
         vs, t = self.versions, self.a.threshold
         return (f"inconclusive: {what}: {step(row)}, neither beyond nor within ±{t:.0%}; the first change, if any, "
                 f"lies after {vs[lo]} and at or before {vs[hi]} ({vs[lo]}..{vs[hi]}): not guessing; raise "
-                f"--max-pairs (now {self.design.max_pairs}) or --threshold, or run it on a quieter machine")
+                f"--max-pairs (now {self.design.max_pairs or 'the preset'}'s) or --threshold, or run it on a quieter machine")
 
     def answer(self, found, note: str) -> dict:
         """What --json prints: the first changed version, its neighbour's paired evidence, and every step."""
@@ -501,6 +504,17 @@ class Paired(Bisect):
             tracking.finish_parent(self.uri, self.parent, Path(tmp), note=text, tags=tags)
         print(f"parent run {self.parent} in {self.uri}")
         return LOST if self.unsettled else OK
+
+
+def step_row(sides: list[str], rows: list, out: Path) -> dict:
+    """A step's row (what --json lists): the one cell's paired verdict, or why there is none (the op can't run in an
+    environment, or the sweep failed: its dir says why)."""
+    if not rows:
+        return {"a": sides[0], "b": sides[1], "ratio": None, "interval": [None, None], "verdict": "no verdict",
+                "pairs": 0, "skipped": f"no paired verdict: the sweep's records in {out} say why"}
+    (r,) = rows
+    return {"a": sides[0], "b": sides[1], "ratio": r.ratio, "interval": list(r.interval()), "verdict": str(r.verdict),
+            "pairs": r.trials, "skipped": None, "run_id": r.run_id}
 
 
 def step(row: dict) -> str:

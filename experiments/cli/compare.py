@@ -19,7 +19,7 @@ from experiments.cli.selection import add_selection, select, sweep_id
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.report.verdict import ALPHA, THRESHOLD, Verdict
+from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict
 from experiments.store.uris import readable
 
 

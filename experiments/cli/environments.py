@@ -48,14 +48,6 @@ def add_pairing(p: argparse.ArgumentParser, unpaired: str) -> None:
                        help="compare paired, nnbench ab's engine (the default: accepted, changes nothing)")
 
 
-def design_given(a: argparse.Namespace, add_design) -> list[str]:
-    """The paired design's flags set on the command line (those `add_design` adds, off their defaults), as
-    `--max-pairs`."""
-    defaults = argparse.ArgumentParser()
-    add_design(defaults)
-    return [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items() if getattr(a, k) != v]
-
-
 def answering(a: argparse.Namespace, work) -> int:
     """`work()`'s exit code; with --json everything it prints goes to stderr, then `a.answer` as JSON to stdout."""
     if not a.json:

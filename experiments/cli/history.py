@@ -22,7 +22,7 @@ from pathlib import Path
 from experiments.cli.selection import add_selection, select
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.report.verdict import ALPHA, THRESHOLD, Verdict
+from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict
 
 AXES = "jax_version, torch_version, run_date, nnbench_git_commit, env_spec, repeat, ..."
 
@@ -72,7 +72,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float):
     """(series, regressions table, the axis's values) of the selected runs along `by` (report.history), from each
     run's per-process medians in the store; BadInput where `by` is no key or has one value."""
     from experiments.report import history  # pandas and scipy are slow to import: only once runs are selected
-    from experiments.report.verdict import process_medians
+    from experiments.measure.verdict import process_medians
     from experiments.store import tracking
 
     if by not in t.columns:

@@ -21,6 +21,36 @@ def add_uri(p: argparse.ArgumentParser, default: str | None = None) -> None:
     p.add_argument("--uri", help=default or f"tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_URI})")
 
 
+def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
+    """The paired design's flags (`ab`, `versions`, `bisect`; default: the bench preset's), each a sweep's key, and
+    (`verdict`) the verdict's threshold and alpha and the gate on it."""
+    from experiments.common.options import positive, probability, threshold  # the shared number types
+
+    p.add_argument("--pairs", type=positive("--pairs", "6", int), help="fresh pairs per cell at first "
+                                                                        "(bench.processes)")
+    p.add_argument("--max-pairs", type=positive("--max-pairs", "12", int),
+                   help="an unsettled cell gets more pairs, up to this many (bench.max_processes)")
+    p.add_argument("--bursts", type=positive("--bursts", "25", int),
+                   help="bursts per side per pair and cell (bench.rounds)")
+    p.add_argument("--burst-ms", type=positive("--burst-ms", "20"), help="burst length, ms (bench.burst_s)")
+    if not verdict:
+        return
+    p.add_argument("--threshold", type=threshold, help="no change within 1 ± this: 0.03 or 3%% (report.threshold, "
+                                                       "default 3%%)")
+    p.add_argument("--alpha", type=probability("--alpha"), help="each verdict's significance level, "
+                                                                "Benjamini-Hochberg across the cells (report.alpha)")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1, naming the cells, where a value is slower than the one before it")
+
+
+DESIGN_FLAGS = ("pairs", "max_pairs", "bursts", "burst_ms")  # what `add_design` adds besides the verdict's
+
+
+def design_given(a: argparse.Namespace) -> list[str]:
+    """The paired design's flags set on the command line, as `--max-pairs`."""
+    return [f"--{k.replace('_', '-')}" for k in DESIGN_FLAGS if getattr(a, k, None) is not None]
+
+
 def add_sweep(p: argparse.ArgumentParser, **kw) -> None:
     p.add_argument("--sweep", metavar="RUN_ID|last", **({"help": "a sweep's parent run id, or last (the newest "
                                                          "sweep in the store): its points only"} | kw))

@@ -33,11 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.cli import ab
-from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, design_given,
-                                          sweep, sweep_jobs)
-from experiments.common.errors import INTERRUPTED, OK, BadInput
-from experiments.report.verdict import ALPHA, THRESHOLD
+from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.selection import add_design, design_given
+from experiments.common.errors import LOST, OK, BadInput
+from experiments.measure.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri, validate
 
 
@@ -55,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_pairing(p, "run the sweep across the environments and judge each point by Welch's t on its processes "
                    "(fast, finds only large changes here; the way for framework=external) instead of comparing "
                    "adjacent versions paired")
-    ab.add_design(p)
+    add_design(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -80,8 +79,9 @@ def versions(a: argparse.Namespace) -> int:
     design = paired_design(a, len(specs))
     environments = functools.cache(lambda: build(specs, index, how, cache))  # built once, by the door or here
     jobs = sweep_jobs(a, uri, environments)
-    if design:
-        ab.refuse_external(jobs, "add --unpaired")
+    if design and any(j.config.framework.name == "external" for j in jobs):
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       "interleaved with another worker's; add --unpaired")
     built = environments()
     if design:
         return compare_paired(a, uri, built, design)
@@ -94,7 +94,9 @@ def versions(a: argparse.Namespace) -> int:
 def paired_design(a: argparse.Namespace, specs: int):
     """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
     one spec); BadInput naming the fix for a flag that doesn't fit."""
-    given = design_given(a, ab.add_design)
+    from experiments.compare import paired  # only once the arguments parse
+
+    given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else [])
     if a.paired and specs < 2:
         raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
     if a.unpaired or specs < 2:
@@ -104,7 +106,7 @@ def paired_design(a: argparse.Namespace, specs: int):
         return None
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
-    return ab.design_of(a)
+    return paired.Design(a.pairs, a.max_pairs, a.bursts, a.burst_ms, a.threshold, a.alpha)
 
 
 def manage(a: argparse.Namespace, specs, cache) -> int:
@@ -149,32 +151,36 @@ def axis_of(built) -> str:
 
 
 def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
-    """Each adjacent pair of environments compared paired on every point (`nnbench ab runtime.python=A,B`), each
-    comparison a run nested under the versions' parent; 130 after a Ctrl-C (the parent KILLED)."""
-    from experiments.store import tracking  # mlflow is slow to import: only once the environments exist
+    """The environments compared paired on every cell, each against the one before it (the paired sweep along
+    runtime.python, `nnbench ab runtime.python=A,B,...`), under the versions' parent run; its exit code (1 with
+    --fail-on-regression where a version is slower than the one before it)."""
+    from experiments.compare import paired  # the sweep and the store: only once the environments exist
+    from experiments.store import tracking
 
     title = f"versions {' '.join(a.specs)} · {' '.join(a.overrides) or 'the default sweep'} · paired"
-    comparisons = [ab.checked("runtime.python", [f"'{older.python}'", f"'{newer.python}'"], a.overrides,
-                              [str(older.spec), str(newer.spec)]) for older, newer in zip(built, built[1:])]
     params = {"specs": " | ".join(str(e.spec) for e in built), "overrides": " ".join(a.overrides), "paired": "true"}
     parent = tracking.start_parent(uri, tracking.open_store(uri, a.experiment), title, params, kind="versions")
-    out, tables = Path(tempfile.mkdtemp(prefix="nnbench-versions-")), []
+    out = Path(tempfile.mkdtemp(prefix="nnbench-versions-")) / "sweep"
+    pythons = ",".join(f"'{e.python}'" for e in built)
+    overrides = [f"runtime.python={pythons}", *a.overrides, "report.along=runtime.python", *design.overrides()]
     try:
-        for i, comparison in enumerate(comparisons):
-            store = ab.Store.open(uri, a.experiment, comparison, design, parent)
-            rows = ab.measure(comparison, design, a.threshold, a.alpha, out / f"pair-{i}", store, "nnbench versions")
-            if rows is None:
-                tracking.set_status(uri, parent, "KILLED")
-                return INTERRUPTED
-            tables.append(ab.table(rows) + ("\n" + ab.hints(rows) if ab.hints(rows) else ""))
-            print(f"\n{tables[-1]}", flush=True)
-    except BaseException:
-        tracking.set_status(uri, parent, "FAILED", quiet=True)
+        code = paired.sweep(overrides, out, uri, a.experiment, parent, quiet=a.json)
+    except BaseException as e:
+        tracking.set_status(uri, parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", quiet=True)
         raise
+    rows = paired.verdicts(out)
+    text = paired.table(rows)
+    print(f"\n{text}", flush=True)
+    if hasattr(a, "answer"):
+        a.answer.update(json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
+                                                  sweep_dir=str(out), exit=code)), parent_run_id=parent)
     with tempfile.TemporaryDirectory() as tmp:
-        tracking.finish_parent(uri, parent, Path(tmp), note="\n\n".join(tables))
-    print(f"\nversions: parent run {parent} ({title}); pairs' files: {out}", file=sys.stderr)
-    return OK
+        tracking.finish_parent(uri, parent, Path(tmp), "FINISHED" if code == OK else "FAILED", note=text)
+    print(f"\nversions: parent run {parent} ({title}); the sweep's dir (every burst): {out}", file=sys.stderr)
+    if code == OK and a.fail_on_regression and (slow := paired.slower(rows)):
+        print(f"nnbench versions: error: slower: {'; '.join(slow)}", file=sys.stderr)
+        return LOST
+    return code
 
 
 def measure(a: argparse.Namespace, uri: str, built) -> int:

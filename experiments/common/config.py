@@ -118,6 +118,8 @@ class Op(StrEnum):
 OPS = tuple(op.value for op in Op)
 PRECISIONS = tuple(p.value for p in Precision)
 DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
+# The config keys a comparison spans: a cell's variants differ in these and in nothing else (sweep.cells).
+VARIANT_KEYS = ("framework", "precision", "device", "runtime", "external")
 
 
 @dataclass
@@ -139,10 +141,15 @@ class PrecisionConf:
 class BenchConf(Budget):
     """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the harness's own keys."""
 
-    processes: int = MISSING  # fresh measuring processes per point, interleaved
+    processes: int = MISSING  # fresh measuring processes per point (paired: trials, one process per variant each)
     machine_check_s: float = MISSING  # the sweep's check of the machine's own noise, before its first job (0: none)
     timeout_s: float = MISSING  # per point, worker start and compile included
-    remeasure: int = 2  # more workers at most, per job, for processes read far off while other programs ran (0: none)
+    remeasure: int = 2  # unpaired: more workers at most, per job, for processes read far off while others ran
+    paired: bool = True  # a cell's variants take turns in bursts of warm workers (false: each job on its own)
+    rounds: int = MISSING  # paired: bursts per variant, per cell and trial
+    burst_s: float = 0.02  # paired: one burst's length
+    max_processes: int = MISSING  # paired: more trials, up to this many, for a cell whose ratio is not settled...
+    target_ratio_ci: float = MISSING  # ...while its 95% interval is wider than ±this, or its verdict inconclusive
 
 
 @dataclass
@@ -172,6 +179,10 @@ class ExternalConf:
 @dataclass
 class ReportConf:
     baseline: str = DEFAULT_BASELINE  # the variant ("<mode> <precision>") speedups are measured against
+    threshold: float = 0.03  # a paired speedup within 1 ± this is "no change"; beyond it, faster or slower
+    alpha: float = 0.05  # each verdict's significance level (Benjamini-Hochberg across a sweep's cells)
+    fail_on_regression: bool = False  # exit 1, naming them, where a variant is slower than the baseline
+    along: Optional[str] = None  # a swept key (runtime.python): each variant against the one before it along it
 
 
 @dataclass

@@ -147,7 +147,7 @@ class Request(Json):
     peaks: str | None = None  # the sweep's cache of calibrated peak TFLOP/s per environment (a JSON file)
     between: dict[str, float] = field(default_factory=dict)  # op -> the spread between processes so far
     profile_dir: str | None = None  # a profile request: profile each op instead of timing it, files go here
-    paired: str | None = None  # a paired request: prepare the one point's one op, then serve bursts on this socket
+    paired: str | None = None  # a paired request: serve the parent's commands (prepare an op, burst) on this socket
     flops: dict[str, int] = field(default_factory=dict)  # "op:batch" -> FLOPs per call the worker can't count itself
 
 
@@ -234,16 +234,31 @@ class PointResult(Json):
     machine: dict[str, float] = field(default_factory=dict)  # numeric facts: core counts, memory, load average
 
 
-# A paired request (`Request.paired`): the worker prepares its one op as a timed worker would, answers `Prepared`,
-# then times one `Burst` per `Command` until told to end. One JSON object per line on the request's socket.
+# A paired request (`Request.paired`): the worker connects to the request's socket and answers `Ready`, then, per
+# `Command`, prepares one op of one point as a timed worker would (`Prepared`; the op it had before is freed), times
+# one `Burst` of it, or ends. One JSON object per line on the socket.
 
 
 @dataclass(frozen=True)
 class Command(Json):
     """The parent's word to a paired worker."""
 
-    do: str  # "burst" or "end"
+    do: str  # "prepare", "burst" or "end"
     seconds: float = 0.0  # a burst: time blocks of calls for about this long
+    batch_size: int = 0  # prepare: the point's batch size...
+    op: str = ""  # ...and the op
+
+
+@dataclass
+class Ready(Json):
+    """A paired worker, configured and connected: what it records of itself before any op."""
+
+    environment: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, float] = field(default_factory=dict)
+    startup_s: float | None = None
+    threads: int | None = None  # the ops' intra-op threads
+    cores: int | None = None  # the cores the worker may run on
+    peak_tflops: float | None = None  # what a large matmul sustains here (the request's peaks cache)
 
 
 @dataclass
@@ -253,16 +268,13 @@ class Prepared(Json):
     status: str  # "ok" or "skipped"
     reason: str = ""
     device: str = ""
-    environment: dict[str, str] = field(default_factory=dict)
-    machine: dict[str, float] = field(default_factory=dict)
-    startup_s: float | None = None
     first_call_s: float = 0.0
     warmup_s: float = 0.0
     block: int = 1  # calls per sample, from the warm-up's estimate of one call
     compiles: int | None = None
     compile_cache_hits: int | None = None
-    threads: int | None = None  # the op's intra-op threads
-    cores: int | None = None  # the cores the worker may run on
+    flops: int | None = None  # per call, as a timed worker counts them
+    peak_mem_bytes: int | None = None  # from before the build to the end of the warm-up, as a timed worker's
 
 
 @dataclass

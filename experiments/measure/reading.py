@@ -14,6 +14,7 @@ from experiments.measure.flops import achieved_tflops
 from experiments.measure.machine import MachineCheck
 from experiments.measure.peaks import vendor_tflops
 from experiments.measure.stats import summarize, unmeasured
+from experiments.measure.verdict import PairedComparison
 
 # Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
 # process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
@@ -62,6 +63,21 @@ class Replaced:
     result: PointResult
 
 
+@dataclass(frozen=True)
+class Paired:
+    """How a point was compared with its cell's baseline, paired (harness/pairs.py): each op's speedup over the
+    trials in which both took turns, judged with the cell's other comparisons."""
+
+    label: str  # this variant's name in its cell: `jax-jit fp32`, plus what tells it from a namesake
+    baseline: str  # the variant compared against (its label); this point's own, where it is the baseline
+    ops: dict[str, PairedComparison] = field(default_factory=dict)  # op -> this variant's time over the baseline's
+    differs: tuple[str, ...] = ()  # what differs from the baseline besides the variant itself (threads, host, ...)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.label == self.baseline
+
+
 # The steady-state time and what follows from it: an unmeasured op withholds these and keeps the rest (its compile
 # count, first calls, samples, the spread between its processes, memory, the cores others used).
 ESTIMATES = ("median_s", "p25_s", "p75_s", "ci95_low_s", "ci95_high_s", "min_s", "mean_s", "std_s",
@@ -100,6 +116,7 @@ class Reading:
     unmeasured: dict[str, Unmeasured] = field(default_factory=dict)  # op -> why no number is given (10× apart)
     oversubscribed: dict[str, str] = field(default_factory=dict)  # op -> in how many processes, why, what to set
     replaced: tuple[Replaced, ...] = ()  # processes measured again, each with its reason
+    paired: Paired | None = None  # measured paired with its cell's other variants; None: on its own
 
     @property
     def outcome(self) -> str:
@@ -149,7 +166,9 @@ def measured(point: Point, ok: list[PointResult], peak: float | None,
     """The ops the processes measured, merged, with their FLOP rates; and the skipped ones with their reason."""
     ops, skipped = {}, {}
     for op in point.ops:
-        rs = [r.ops[op] for r in ok]
+        rs = [r.ops[op] for r in ok if op in r.ops]  # paired: a cell's later trials may not hold every op
+        if not rs:
+            continue
         if rs[0].status != "ok":
             skipped[op] = rs[0].reason
             continue

@@ -1,6 +1,6 @@
 """The worker: `python -m experiments.measure.worker REQUEST RESULTS` times one job's points with one framework,
 or, for a profile request (`Request.profile_dir`), profiles them (experiments/measure/profile.py), or, for a paired
-request (`Request.paired`), prepares one op and times bursts of it on the parent's command (harness/pairs.py)
+request (`Request.paired`), prepares ops and times bursts of them on the parent's commands (harness/pairs.py)
 (`--probe FRAMEWORK SETUP` checks a set-up before a sweep; `--smoke FRAMEWORK` takes one LeNet training step).
 
 It imports only the selected framework, writes one JSON line per finished point (so a crash loses
@@ -19,7 +19,7 @@ import numpy.ma  # noqa: F401  np.median imports it on its first call: not insid
 import psutil
 
 import models
-from experiments.common.protocol import Burst, Command, OpResult, PointResult, Prepared, Request, Setup
+from experiments.common.protocol import Burst, Command, OpResult, PointResult, Prepared, Ready, Request, Setup
 from experiments.measure import flops, peaks, profile, stats, timing
 from experiments.measure.backends import SMOKE, Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record, machine_record
@@ -112,8 +112,7 @@ def main(request_path: str, results_path: str) -> int:
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     threads = intra_op_threads(env)
     if req.paired:
-        return paired(backend, spec, req, device, Prepared("ok", environment=env, machine=machine, startup_s=startup,
-                                                             threads=threads, cores=cores()))
+        return paired(backend, spec, req, device, Ready(env, machine, startup, threads, cores(), peak))
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
@@ -130,38 +129,51 @@ def main(request_path: str, results_path: str) -> int:
     return 0
 
 
-def prepare(backend, spec: models.ModelSpec, req: Request, device: str, ready: Prepared):
-    """The paired request's one op, as a timed worker prepares it: build, first call (the device check), warm-up,
-    block length. (the Step, `ready` filled in), or (None, a skipped Prepared) where the op can't run here."""
-    point = req.points[0]
+def prepare(backend, spec: models.ModelSpec, req: Request, device: str, command: Command):
+    """One op of a paired request, as a timed worker prepares it: build, first call (the device check), warm-up,
+    block length, FLOPs and the memory it took. (the Step, its Prepared), or (None, a skipped Prepared) where the op
+    can't run here."""
+    op, batch = command.op, command.batch_size
+    backend.reset_peak_memory()
+    rss, hwm = resident()
+    base = rss if reset_high_water() else hwm
     try:
-        step = backend.prepare(spec, point.ops[0], point.batch_size, req.seed)
+        step = backend.prepare(spec, op, batch, req.seed)
     except Unsupported as e:
-        return None, dataclasses.replace(ready, status="skipped", reason=str(e))
+        return None, Prepared("skipped", reason=str(e))
     seen: list[str] = []
     hits = backend.cache_hits()
     first, warmup, block = timing.start(step.fn, step.sync, req.budget,
                                         inspect=lambda o: seen.append(validate_device(step, o, device)))
-    ready.device, ready.first_call_s, ready.warmup_s, ready.block = seen[0], first, warmup, block
+    peak = backend.peak_memory()
+    ready = Prepared("ok", device=seen[0], first_call_s=first, warmup_s=warmup, block=block,
+                     flops=counted(spec, req, op, batch),
+                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base))
     if step.compiles:
         ready.compiles, ready.compile_cache_hits = step.compiles(), backend.cache_hits() - hits
     return step, ready
 
 
-def paired(backend, spec: models.ModelSpec, req: Request, device: str, ready: Prepared) -> int:
-    """Serve a paired request: prepare its op, answer `Prepared`, then one `Burst` per command until told to end.
-    Between commands the worker waits in a read (the parent also stops it, threads and all, while the other runs)."""
+def paired(backend, spec: models.ModelSpec, req: Request, device: str, ready: Ready) -> int:
+    """Serve a paired request: answer `Ready`, then per command prepare an op (`Prepared`; the previous op is freed
+    first), time one `Burst` of it, or end. Between commands the worker waits in a read (the parent also stops it,
+    threads and all, while another worker runs)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(req.paired)
         commands = sock.makefile("rb")
-        step, ready = prepare(backend, spec, req, device, ready)
         sock.sendall(ready.to_json().encode() + b"\n")
+        step, prepared = None, None
         for line in commands:
             command = Command.from_json(line)
             if command.do == "end":
                 break
+            if command.do == "prepare":
+                step = None  # the previous op's model and state are freed before the next one is built
+                step, prepared = prepare(backend, spec, req, device, command)
+                sock.sendall(prepared.to_json().encode() + b"\n")
+                continue
             before = meter()
-            samples = timing.burst(step.fn, step.sync, ready.block, command.seconds)
+            samples = timing.burst(step.fn, step.sync, prepared.block, command.seconds)
             after = meter()
             compiles = step.compiles() if step.compiles else None
             answer = Burst(samples, {k: after[k] - before[k] for k in after}, compiles)

@@ -4,11 +4,16 @@ the geometric-mean speedups as metrics. Parent side."""
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.columns import FLAGS
+from experiments.measure.verdict import Evidence, geomean
 from experiments.report.tables import UNSHOWN, UNSHOWN_LEGEND, markdown, speedups, summary
 
 # Tags of the point runs that say where and with what a sweep ran (its environment line and the parent's tags).
@@ -28,9 +33,7 @@ def sentence(op: str, variant: str, baseline: str, g: pd.DataFrame) -> str:
     """One variant against the baseline over the batch sizes of one model and op: its range of speedups."""
     g = g.sort_values("speedup")
     lo, hi = g.iloc[0], g.iloc[-1]
-    unsure = (~g["sure"]).sum()
-    noise = (f" ({unsure} of {len(g)} within the noise)" if unsure and len(g) > 1
-             else " (within the noise)" if unsure else "") + ("" if g["shown"].all() else f" {UNSHOWN}")
+    noise = uncertain(g) + ("" if g["shown"].all() else f" {UNSHOWN}")
     if len(g) == 1:
         return f"{op}: {variant} is {ratio(hi.speedup)} {baseline} at bs{hi.batch_size}{noise}"
     if round(lo.speedup, 2) == round(hi.speedup, 2):
@@ -46,6 +49,18 @@ def sentence(op: str, variant: str, baseline: str, g: pd.DataFrame) -> str:
             f"at bs{lo.batch_size}{noise}").replace(" than at", " at")
 
 
+def uncertain(g: pd.DataFrame) -> str:
+    """What of a sentence's speedups is not sure: paired, the cells whose verdict is not slower or faster (`(1 of
+    4 no change)`); unpaired, those within both points' intervals (`(1 of 4 within the noise)`)."""
+    unsure = g[~g["sure"]]
+    if unsure.empty:
+        return ""
+    if g["paired"].all() and "verdict" in g:
+        counts = Counter(unsure["verdict"].fillna("no verdict"))
+        return " (" + ", ".join(f"{n} of {len(g)} {v}" if len(g) > 1 else v for v, n in counts.items()) + ")"
+    return f" ({len(unsure)} of {len(g)} within the noise)" if len(g) > 1 else " (within the noise)"
+
+
 def sentences(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[str]:
     """Per model and op, one sentence per variant giving its range of speedups against the baseline."""
     s = speedups(t, baseline)
@@ -54,18 +69,66 @@ def sentences(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[str]:
             for (model, op, variant), g in s.groupby(["model", "op", "variant"], sort=True)]
 
 
-def geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[tuple[str, str, float]]:
+@dataclass(frozen=True)
+class Overall:
+    """One variant against its baseline over the cells of one op: the geometric-mean speedup and, paired, its 95%
+    interval and the cells' verdicts."""
+
+    variant: str
+    baseline: str
+    op: str
+    speedup: float  # above 1: faster than the baseline
+    low: float  # its interval (nan: unpaired, or one trial)
+    high: float
+    paired: bool
+    shown: bool  # every speedup in it between implementations shown to compute the same function
+    verdicts: dict[str, int]  # paired: cells per verdict
+
+    def words(self) -> str:
+        """`1.21× slower [1.17, 1.25] (6 of 6 cells slower)`; unpaired: `1.18× slower (unpaired)`."""
+        word = ratio(self.speedup).removesuffix(" than").removesuffix(" as")
+        if not self.paired:
+            return f"{word} (unpaired)"
+        if self.low == self.low:
+            lo, hi = (self.low, self.high) if self.speedup >= 1 else (1 / self.high, 1 / self.low)
+            word += f" [{lo:.2f}, {hi:.2f}]"
+        cells = sum(self.verdicts.values())
+        counts = ", ".join(f"{n} of {cells} cells {v}" for v, n in sorted(self.verdicts.items(), key=lambda x: -x[1]))
+        return f"{word} ({counts})"
+
+
+def shown_between(t: pd.DataFrame, variant: str, baseline: str) -> bool:
+    """Whether two variants are one implementation (one framework) or shown to compute the same function."""
+    rows = t[t["variant"].isin([variant, baseline])]
+    parity = rows["parity"] if "parity" in rows else pd.Series("ok", index=rows.index)
+    return rows["framework"].nunique() <= 1 or bool((parity.fillna("ok") == "ok").all())
+
+
+def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> list[Overall]:
+    """Per variant and op, the geometric mean of its speedups over every model and batch size: paired, against the
+    variant it was compared with, with the interval its trials give (`verdict.geomean` over the sweep's
+    `evidence`); unpaired, against `baseline`, the geometric mean of the medians' ratios."""
+    out = []
+    for variant, base, op in sorted({(e.variant, e.baseline, e.op) for e in evidence}):
+        cells = [e for e in evidence if (e.variant, e.baseline, e.op) == (variant, base, op)]
+        r, lo, hi = geomean(cells)
+        verdicts = dict(Counter(e.verdict or "no verdict" for e in cells))
+        out.append(Overall(variant, base, op, 1 / r, 1 / hi, 1 / lo, True, shown_between(t, variant, base),
+                           verdicts))
+    s = speedups(t, baseline) if not t.empty else pd.DataFrame(columns=["variant", "paired"])
+    paired = {(o.variant, o.op) for o in out}
+    s = s[(s["variant"] != baseline) & ~s["paired"].astype(bool)]
+    for (variant, op), g in s.groupby(["variant", "op"], sort=True):
+        if (variant, op) not in paired:
+            out.append(Overall(variant, baseline, op, float(math.exp(g["speedup"].map(math.log).mean())), math.nan,
+                               math.nan, False, bool(g["shown"].all()), {}))
+    return out
+
+
+def geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE,
+             evidence: Sequence[Evidence] = ()) -> list[tuple[str, str, float]]:
     """(variant, op, the geometric-mean speedup against the baseline over every model and batch size)."""
-    return [(variant, op, v) for variant, op, v, _ in shown_geomeans(t, baseline)]
-
-
-def shown_geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[tuple[str, str, float, bool]]:
-    """`geomeans`, each with whether every speedup in it is between implementations shown to compute the same
-    function (parity ok, or one framework against itself)."""
-    s = speedups(t, baseline)
-    s = s[s["variant"] != baseline]
-    return [(variant, op, float(math.exp(g["speedup"].map(math.log).mean())), bool(g["shown"].all()))
-            for (variant, op), g in s.groupby(["variant", "op"], sort=True)]
+    return [(o.variant, o.op, o.speedup) for o in overall(t, baseline, evidence)]
 
 
 def metric_name(variant: str, op: str, baseline: str) -> str:
@@ -74,10 +137,19 @@ def metric_name(variant: str, op: str, baseline: str) -> str:
     return f"speedup_{op}_{variant}_vs_{baseline}".replace(" ", "_")
 
 
-def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> dict[str, float]:
-    """The geometric means as the parent's metrics (above 1: faster), to 4 significant digits: the runs table's
-    100 px columns show `0.5435`, not `0.54352867...`, and a point's 95% interval is wider than 0.1% anyway."""
-    return {metric_name(variant, op, baseline): float(f"{v:.4g}") for variant, op, v in geomeans(t, baseline)}
+def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> dict[str, float]:
+    """The parent's metrics (the runs table's columns; above 1: faster), to 4 significant digits (its 100 px
+    columns show `0.5435`): per variant and op the geometric mean with, paired, its interval (`_ci95_low`,
+    `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`)."""
+    out = {}
+    for o in overall(t, baseline, evidence):
+        name = metric_name(o.variant, o.op, o.baseline)
+        out |= {name + suffix: float(f"{v:.4g}") for suffix, v in (("", o.speedup), ("_ci95_low", o.low),
+                                                                   ("_ci95_high", o.high)) if v == v}
+    for e in evidence:
+        r = math.exp(float(np.mean(e.log_ratios)))
+        out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline)] = float(f"{1 / r:.4g}")
+    return out
 
 
 def environment(runs: pd.DataFrame) -> dict[str, str]:
@@ -101,19 +173,27 @@ def environment_line(env: dict[str, str]) -> str:
     return f"{where} · {versions} · nnbench {env.get('nnbench_git_commit', 'unknown')[:7]}"
 
 
-def headline(t: pd.DataFrame, baseline: str) -> str:
-    """The answer in one plain line, numbers first: `jax-jit fp32: inference 1.12× slower, training 1.35× faster (vs
-    torch-eager fp32, geometric means)`. The runs table's Description column shows a description's first 50
+def headline(t: pd.DataFrame, baseline: str, evidence: Sequence[Evidence] = ()) -> str:
+    """The answer in one plain line, numbers first: `jax-jit fp32 vs torch-eager fp32: inference 1.21× slower [1.17,
+    1.25] (6 of 6 cells slower), training ...`. The runs table's Description column shows a description's first 50
     characters, raw (so no Markdown here); the run page shows it above the summary table."""
-    means = shown_geomeans(t, baseline)
+    means = overall(t, baseline, evidence)
     if not means:
         return f"no variant to set against the baseline {baseline}"
-    by_variant: dict[str, list[str]] = {}
-    for variant, op, v, shown in means:
-        word = ratio(v).removesuffix(" than").removesuffix(" as") + ("" if shown else f" {UNSHOWN}")
-        by_variant.setdefault(variant, []).append(f"{op} {word}")
-    return "; ".join(f"{variant}: {', '.join(ops)}" for variant, ops in by_variant.items()) + \
-        f" (vs {baseline}, geometric means)"
+    by_variant: dict[tuple[str, str], list[str]] = {}
+    for o in means:
+        by_variant.setdefault((o.variant, o.baseline), []).append(f"{o.op} {o.words()}" +
+                                                                 ("" if o.shown else f" {UNSHOWN}"))
+    return "; ".join(f"{variant} vs {base}: {', '.join(ops)}" for (variant, base), ops in by_variant.items())
+
+
+def slower(t: pd.DataFrame, baseline: str) -> list[str]:
+    """The cells where a variant is slower than the baseline, paired: `lenet inference bs32 jax-jit fp32 1.51×
+    slower [1.47, 1.55]` (what report.fail_on_regression names)."""
+    s = speedups(t, baseline)
+    s = s[s["paired"] & (s["variant"] != baseline) & (s.get("verdict") == "slower")]
+    return [f"{r.model} {r.op} bs{r.batch_size} {r.variant} {1 / r.speedup:.2f}× slower [{1 / r.speedup_high:.2f}, "
+            f"{1 / r.speedup_low:.2f}]" for r in s.itertuples()]
 
 
 def unmeasured(runs: pd.DataFrame) -> list[str]:
@@ -122,22 +202,47 @@ def unmeasured(runs: pd.DataFrame) -> list[str]:
             for c in runs.columns if c.startswith("tags.unmeasured_reason_") for _, r in runs[runs[c].notna()].iterrows()]
 
 
-def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifacts: list[str]) -> str:
+def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifacts: list[str],
+         evidence: Sequence[Evidence] = ()) -> str:
     """The parent run's description (Markdown): the headline, the table right under it (so its top shows before
-    "Show more"), the sentences, the flags' meaning, the machine, the artifacts."""
+    "Show more"), the sentences, how it was compared and what else differs, the flags' meaning, the machine, the
+    artifacts."""
     s = summary(t, baseline)
-    out = [headline(t, baseline), "", markdown(s), ""]
+    out = [headline(t, baseline, evidence), "", markdown(s), ""]
     out += [f"- {line}" for line in sentences(t, baseline)] + [""]
+    out += design(runs, baseline) + [""]
     if not s["speedup_shown"].fillna(True).all():
         out.append(f"{UNSHOWN_LEGEND}.")
     flagged = {f: int(s[f].sum()) for f in FLAGS if f in s and s[f].any()}
     if flagged:
         out.append("Flags: " + "; ".join(f"{n} {f.upper()}" for f, n in flagged.items()) + " (NOISY: other processes "
                    "used the CPU while it was measured; UNSTABLE: a re-run may read far from this run; OVERSUBSCRIBED: "
-                   "its threads outnumbered the cores free, see the tag oversubscribed_<op>; a speedup in "
-                   "parentheses lies within the two intervals).")
+                   "its threads outnumbered the cores free, see the tag oversubscribed_<op>).")
     out += [f"Unmeasured on this machine: {line}." for line in unmeasured(runs)]
-    out += [f"Points: {counts}. Speedups against {baseline}; the interval is where a re-run of the point is "
-            "expected to read (95%).", "", f"Environment: {environment_line(environment(runs))}", "",
+    out += [f"Points: {counts}. A median's interval is where a re-run of the point is expected to read (95%).", "",
+            f"Environment: {environment_line(environment(runs))}", "",
             "Artifacts: " + ", ".join(f"`{a}`" for a in artifacts)]
     return "\n".join(out)
+
+
+def design(runs: pd.DataFrame, baseline: str) -> list[str]:
+    """How the speedups were measured, and, per variant compared paired, what differs from the baseline besides
+    the variant (the point runs' tag `differs`); the hosts, where the points ran on more than one."""
+    tags = lambda key: runs[f"tags.{key}"] if f"tags.{key}" in runs else pd.Series(dtype=object)  # noqa: E731
+    out = []
+    if (tags("design") == "paired").any():
+        out.append(f"Paired: each cell's variants took turns in short bursts of warm workers on one machine, in "
+                   f"fresh trials; a speedup's interval (95%) and verdict come from its trials (in parentheses: "
+                   f"neither slower nor faster). Against {baseline}, besides the variant:")
+        on = (tags("compared_with") == baseline) & tags("differs").notna()
+        for variant, g in runs[on].groupby(runs["params.mode"] + " " + runs["params.precision"], sort=True):
+            out.append(f"- {variant}: {'; '.join(sorted(set(g['tags.differs'])))}")
+    if (tags("design") == "unpaired").any():
+        out.append("Unpaired: where a speedup says so, its variants were measured one after another (an external "
+                   "runner times itself): drift between them is part of it, and its parentheses mean that the two "
+                   "points' intervals overlap.")
+    hosts = sorted(set(tags("host").dropna()))
+    if len(hosts) > 1:
+        out.append(f"Hosts: {', '.join(hosts)}: a paired speedup's variants ran on one host; an unpaired one may "
+                   "divide two hosts.")
+    return out

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from experiments.report import changepoints
 from experiments.report.tables import POINT
-from experiments.report.verdict import ALPHA, THRESHOLD, Verdict, judge
+from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict, judge
 
 Medians = Callable[[str, str], list[float]]  # (run id, op) -> that run's per-process medians
 

@@ -13,7 +13,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.common.protocol import PARTS  # noqa: E402
 from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa: E402
-from experiments.report.verdict import Verdict  # noqa: E402
+from experiments.measure.verdict import Verdict  # noqa: E402
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}

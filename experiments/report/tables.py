@@ -8,7 +8,7 @@ from itertools import combinations
 
 from experiments.common.config import DEFAULT_BASELINE, OPS
 from experiments.common.protocol import METRICS, PARTS, STATS
-from experiments.common.columns import DERIVED, FLAGS, PARAMS
+from experiments.common.columns import DERIVED, FLAGS, PAIRED, PARAMS
 
 TIMES = tuple(f"time_{p}_s" for p in PARTS)  # a profiled op: where one step's wall time went
 PROFILE = TIMES + ("profile_wall_s", "profile_wall_ratio")
@@ -33,12 +33,16 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
             row |= {p: r.get(f"params.{p}") for p in PARAMS}
             row |= {m: r.get(f"metrics.{op}_{m}") for m in OP_METRICS} | {"peak_tflops": r.get("metrics.peak_tflops")}
             row |= {c[5:]: r[c] for c in runs.columns if c.startswith("tags.") and not c.startswith("tags.mlflow.")}
+            row |= {f"paired_{m}": r.get(f"metrics.{op}_{m}") for m in PAIRED} | {"verdict": r.get(f"tags.{op}_verdict")}
             rows.append(row)
     t = pd.DataFrame(rows)
     if t.empty:
         return t
     t["batch_size"] = t["batch_size"].astype(int)
-    t["variant"] = t["mode"] + " " + t["precision"]
+    for col in (f"paired_{m}" for m in PAIRED):  # a point with one trial has no interval: None, not NaN
+        t[col] = pd.to_numeric(t[col], errors="coerce")
+    named = t["mode"] + " " + t["precision"]  # a paired point's label tells namesakes apart (runtime.python=...)
+    t["variant"] = t["variant"].fillna(named) if "variant" in t else named
     t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
     return t.sort_values(["model", "op", "variant", "batch_size"], ignore_index=True)
 
@@ -67,6 +71,11 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     out["mode"], out["precision"] = g["mode"].first(), g["precision"].first()
     out["mfu"] = g["mfu"].median()
     out["framework"] = g["framework"].first()
+    for col in ("paired_speedup", "paired_speedup_ci95_low", "paired_speedup_ci95_high", "verdict", "compared_with",
+                "design"):  # paired (replicates: the median speedup, the widest interval, the first verdict)
+        if col in t:
+            how = {"paired_speedup": "median", "paired_speedup_ci95_low": "min", "paired_speedup_ci95_high": "max"}
+            out[col] = g[col].agg(how.get(col, "first"))
     # a point's parity: "ok" where every run says so; a run written before the check has no parity tag (NaN)
     out["parity"] = g["parity"].agg(lambda v: "ok" if v.isna().all() or (v == "ok").all() else
                                     "failed" if (v == "failed").any() else "unchecked") if "parity" in t else "ok"
@@ -99,33 +108,59 @@ def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[st
 
 
 def speedups(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
-    """Baseline median / median per (model, op, batch size, variant): > 1 means faster than the baseline; with the
-    range the two re-run intervals allow (`speedup_low` to `speedup_high`): `sure` where it excludes 1."""
+    """The speedup per (model, op, batch size, variant): > 1 means faster than the baseline. Measured paired against
+    `baseline` (the point's `compared_with`): its own speedup, interval (`speedup_low` to `speedup_high`) and
+    verdict, `sure` where that is slower or faster. Else the baseline's median over this one's, with the range the
+    two re-run intervals allow, `sure` where it excludes 1."""
     t = points(t)
     base = t[t["variant"] == baseline].set_index(["model", "op", "batch_size"])[["median_s", "ci95_low_s",
-                                                                                  "ci95_high_s", "framework", "parity"]]
+                                                                                  "ci95_high_s"]]
     s = t.join(base.add_prefix("baseline_"), on=["model", "op", "batch_size"])
-    s = s.dropna(subset=["baseline_median_s"])
     s["baseline_s"] = s["baseline_median_s"]
     s["speedup"] = s["baseline_s"] / s["median_s"]
     s["speedup_low"] = s["baseline_ci95_low_s"] / s["ci95_high_s"]
     s["speedup_high"] = s["baseline_ci95_high_s"] / s["ci95_low_s"]
     s["sure"] = (s["speedup_low"] > 1) | (s["speedup_high"] < 1)
+    s["paired"] = False
+    if "compared_with" in s and "paired_speedup" in s:  # measured paired against this baseline: its own numbers
+        on = (s["compared_with"] == baseline) & s["paired_speedup"].notna()
+        for col in ("speedup", "speedup_low", "speedup_high"):
+            s.loc[on, col] = s.loc[on, {"speedup": "paired_speedup", "speedup_low": "paired_speedup_ci95_low",
+                                        "speedup_high": "paired_speedup_ci95_high"}[col]]
+        s.loc[on, "sure"] = s.loc[on, "verdict"].isin(["slower", "faster"])
+        s.loc[on | (s["variant"] == baseline) & (s["design"] == "paired"), "paired"] = True
+    s = s[s["speedup"].notna()]
     # one framework against itself is one implementation; two frameworks are the same function only where shown
-    s["shown"] = (s["framework"] == s["baseline_framework"]) | ((s["parity"] == "ok") & (s["baseline_parity"] == "ok"))
+    frameworks = t.groupby("variant")["framework"].first()
+    s["shown"] = (s["framework"] == frameworks.get(baseline)) | (s["parity"] == "ok")
     return s[["model", "op", "batch_size", "variant", "median_s", "baseline_s", "speedup", "speedup_low",
-              "speedup_high", "sure", "shown"]].reset_index(drop=True)
+              "speedup_high", "sure", "shown", "paired", *(["verdict"] if "verdict" in s else [])]
+             ].reset_index(drop=True)
 
 
 def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     """The table: one row per (model, op, batch size, variant) with median, spread, CI and speedup."""
     s = points(t)[["model", "op", "batch_size", "variant", "median_s", "p25_s", "p75_s", "ci95_low_s",
                    "ci95_high_s", "n_samples", "runs", "throughput_samples_per_s", "mfu", *FLAGS, "run_id"]]
-    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])[["speedup", "sure", "shown"]]
+    sp = speedups(t, baseline).set_index(["model", "op", "batch_size", "variant"])[
+        ["speedup", "sure", "shown", "speedup_low", "speedup_high", "paired"]]
     s = s.join(sp.rename(columns={"speedup": f"speedup_vs_{baseline.replace(' ', '_')}", "sure": "speedup_sure",
-                                  "shown": "speedup_shown"}),
+                                  "shown": "speedup_shown", "paired": "speedup_paired"}),
                on=["model", "op", "batch_size", "variant"])
     return s.reset_index(drop=True)
+
+
+def said(v: float, sure: bool, shown: bool, low: float, high: float, paired: bool, marked: bool) -> str:
+    """A speedup in the table: `0.66× [0.64, 0.68]` paired (in parentheses where its verdict is not slower or
+    faster), `(0.83×)` unpaired where the two intervals overlap; `unpaired` where the table has paired ones too."""
+    if pd.isna(v):
+        return ""
+    out = f"{v:.2f}×" if sure or v == 1 else f"({v:.2f}×)"
+    if paired and v != 1 and not pd.isna(low):
+        out += f" [{low:.2f}, {high:.2f}]"
+    elif marked and not paired:
+        out += " unpaired"
+    return out + ("" if shown else f" {UNSHOWN}")
 
 
 def markdown(s: pd.DataFrame) -> str:
@@ -135,15 +170,16 @@ def markdown(s: pd.DataFrame) -> str:
     (speedup,) = [c for c in s.columns if c.startswith("speedup_vs_")]
     sure = s["speedup_sure"] if "speedup_sure" in s else pd.Series(True, index=s.index)
     shown = s["speedup_shown"].fillna(True) if "speedup_shown" in s else pd.Series(True, index=s.index)
+    paired = s["speedup_paired"].fillna(False) if "speedup_paired" in s else pd.Series(False, index=s.index)
+    low, high = (s[c] if c in s else pd.Series(float("nan"), index=s.index) for c in ("speedup_low", "speedup_high"))
     view = pd.DataFrame({
         "model": s["model"], "op": s["op"], "batch": s["batch_size"], "variant": s["variant"],
         "median": s["median_s"].map(fmt_time),
         "95% re-run interval": [f"{fmt_time(a)} – {fmt_time(b)}" for a, b in zip(s["ci95_low_s"], s["ci95_high_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
         "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
-        speedup.replace("_", " "): [("" if pd.isna(v) else (f"{v:.2f}×" if ok or v == 1 else f"({v:.2f}×)")
-                                     + ("" if same else f" {UNSHOWN}"))
-                                    for v, ok, same in zip(s[speedup], sure.fillna(True), shown)],
+        speedup.replace("_", " "): [said(*row, marked=bool(paired.any())) for row in
+                                    zip(s[speedup], sure.fillna(True), shown, low, high, paired)],
         "flags": [" ".join(f.upper() for f in FLAGS if f in s and row[f]) for _, row in s.iterrows()],
     })
     return view.to_markdown(index=False)

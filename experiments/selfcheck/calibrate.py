@@ -62,7 +62,7 @@ from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
 from experiments.harness import pairs
-from experiments.report.verdict import Verdict, judge_pairs, process_medians, welch
+from experiments.measure.verdict import Verdict, judge_pairs, process_medians, welch
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 
@@ -167,7 +167,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paired", action="store_true",
                    help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A and a 5%% "
                         "and 10%% slowdown, nnbench-planted's versions in four environments (built offline)")
-    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.PAIRS,
+    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.TRIALS,
                    help="with --paired: fresh pairs per comparison at first "
                                                             "(up to twice as many; default %(default)s)")
     p.add_argument("--bursts", type=positive("--bursts", "75", int), default=pairs.ROUNDS,
@@ -318,7 +318,7 @@ def paired_comparisons(jobs: dict, n: int, first_pairs: int, bursts: int, out: P
     alternating, as `nnbench ab runtime.python=A,B` makes them: (verdict, seconds) each."""
     first, *others = PAIRED
     cases = {("A/A" if PAIRED[v] == PAIRED[first] else PAIRED[v]): (first, v) for v in others}
-    design = pairs.Design(rounds=bursts, pairs=first_pairs, max_pairs=2 * first_pairs)
+    design = pairs.Design(rounds=bursts, trials=first_pairs, max_trials=2 * first_pairs)
     said: dict = {case: [] for case in cases}
     for i in range(n):
         for case, (va, vb) in cases.items():

@@ -38,7 +38,7 @@ from experiments.common.config import register
 from experiments.common.errors import OK, BadInput, fail
 from experiments.harness import pairs
 from experiments.measure import machine, stats
-from experiments.report.verdict import PAIRED_THRESHOLD, Verdict, judge_pairs
+from experiments.measure.verdict import PAIRED_THRESHOLD, Verdict, judge_pairs
 from experiments.sweep import commandline
 
 AA = ("framework=torch", "model=lenet", "batch_size=32", "ops=[inference]")
@@ -74,37 +74,43 @@ def job(overrides: list[str]):
 
 
 def interleaved(sides: dict[float, tuple[pairs.Side, pairs.Side]], n: int, side_s: float, out: Path,
-                seed: int = 0) -> dict[float, list[pairs.PairResult]]:
+                seed: int = 0) -> dict[float, list[pairs.Trial]]:
     """`n` pairs per burst length, the lengths in a fresh random order each round; one fork server per side."""
     rng = np.random.default_rng(seed)
     a, b = next(iter(sides.values()))
-    servers = {"A": pairs.server(a, out / "server-A.log"), "B": pairs.server(b, out / "server-B.log")}
-    results: dict[float, list[pairs.PairResult]] = {burst: [] for burst in sides}
+    servers = [pairs.server(a, out / "server-A.log"), pairs.server(b, out / "server-B.log")]
+    cell = pairs.cells_of(a.request.points)[0]
+    results: dict[float, list[pairs.Trial]] = {burst: [] for burst in sides}
     try:
         for k in range(n):
             for burst in rng.permutation(list(sides)):
                 a, b = sides[burst]
-                design = pairs.Design(burst_s=float(burst), rounds=max(1, round(side_s / burst)), pairs=1, max_pairs=1)
-                r = pairs.run_pair(a, b, a.request.points[0], design, k, servers, out / f"{burst * 1e3:g}ms-{k}", rng)
+                design = pairs.Design(burst_s=float(burst), rounds=max(1, round(side_s / burst)), trials=1,
+                                      max_trials=1)
+                r = pairs.run_pair(a, b, cell, design, k, servers, out / f"{burst * 1e3:g}ms-{k}", rng)
                 results[burst].append(r)
-                ratio = f"B/A {math.exp(r.log_ratio):.4f}" if r.log_ratio is not None else f"FAILED: {r.failure}"
+                ratio = f"B/A {math.exp(lr):.4f}" if (lr := r.log_ratio(1, 0)) is not None else f"FAILED: {r.failure}"
                 print(f"  pair {k + 1}/{n}, {burst * 1e3:g} ms bursts: {ratio} ({r.wall_s:.1f} s, other processes "
                       f"{busy(r):.2f} cores)", flush=True)
     finally:
-        for s in servers.values():
+        for s in servers:
             if s is not None:
                 s.close()
     return results
 
 
-def busy(r: pairs.PairResult) -> float:
-    return (r.busy_cores("A") + r.busy_cores("B")) / 2 if r.ok else math.nan
+def ok(r: pairs.Trial) -> bool:
+    return r.log_ratio(1, 0) is not None
 
 
-def estimators(r: pairs.PairResult) -> tuple[float, float, float, float]:
+def busy(r: pairs.Trial) -> float:
+    return (r.turns[0].busy_cores() + r.turns[1].busy_cores()) / 2 if ok(r) else math.nan
+
+
+def estimators(r: pairs.Trial) -> tuple[float, float, float, float]:
     """log(B/A) four ways: the median of the round log ratios (the verdict's), their Hodges-Lehmann estimate, the
     ratio of all bursts' medians, the mean of round ratios."""
-    a, b = [x.samples_s for x in r.a_bursts], [x.samples_s for x in r.b_bursts]
+    a, b = ([x.samples_s for x in t.bursts] for t in r.turns)
     rounds = stats.round_log_ratios(a, b)
     return (stats.pair_log_ratio(a, b), stats.hodges_lehmann(rounds), stats.pooled_log_ratio(a, b),
             math.log(float(np.mean(np.exp(rounds)))))
@@ -119,29 +125,29 @@ def robust_sd(xs) -> float:
     return 1.4826 * float(np.median(np.abs(xs - np.median(xs)))) if len(xs) > 1 else math.nan
 
 
-def groups(rs: list[pairs.PairResult], size: int) -> list[str]:
+def groups(rs: list[pairs.Trial], size: int) -> list[str]:
     """The verdicts of disjoint groups of `size` pairs, judged together."""
-    lr = [r.log_ratio for r in rs if r.ok]
+    lr = [r.log_ratio(1, 0) for r in rs if ok(r)]
     chunks = [lr[i:i + size] for i in range(0, len(lr) - size + 1, size)]
     return [v.verdict for v in judge_pairs(chunks)] if chunks else []
 
 
-def report(results: dict[float, list[pairs.PairResult]], group: int) -> None:
+def report(results: dict[float, list[pairs.Trial]], group: int) -> None:
     print("\n| burst | pairs | SD of log B/A: median of rounds (robust SD) | Hodges-Lehmann | all bursts' medians | "
           f"mean of ratios | B/A range | mean B/A | samples per burst | s per pair | other cores | verdicts of {group}-pair"
           " groups |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for burst, rs in sorted(results.items()):
-        ok = [r for r in rs if r.ok]
-        e = np.array([estimators(r) for r in ok]) if ok else np.zeros((0, 4))
-        per = np.median([len(x.samples_s) for r in ok for x in r.a_bursts + r.b_bursts]) if ok else math.nan
-        rng = f"{math.exp(e[:, 0].min()):.4f}–{math.exp(e[:, 0].max()):.4f}" if ok else ""
+        good = [r for r in rs if ok(r)]
+        e = np.array([estimators(r) for r in good]) if good else np.zeros((0, 4))
+        per = np.median([len(x.samples_s) for r in good for t in r.turns for x in t.bursts]) if good else math.nan
+        rng = f"{math.exp(e[:, 0].min()):.4f}–{math.exp(e[:, 0].max()):.4f}" if good else ""
         verdicts = groups(rs, group)
-        print(f"| {burst * 1e3:g} ms | {len(ok)} of {len(rs)} | {sd(e[:, 0]):.2%} ({robust_sd(e[:, 0]):.2%}) | "
+        print(f"| {burst * 1e3:g} ms | {len(good)} of {len(rs)} | {sd(e[:, 0]):.2%} ({robust_sd(e[:, 0]):.2%}) | "
               f"{sd(e[:, 1]):.2%} | {sd(e[:, 2]):.2%} | {sd(e[:, 3]):.2%} | {rng} | "
-              f"{math.exp(np.mean(e[:, 0])) if ok else math.nan:.4f} | "
+              f"{math.exp(np.mean(e[:, 0])) if good else math.nan:.4f} | "
               f"{per:g} | {np.median([r.wall_s for r in rs]):.1f} | "
-              f"{np.nanmedian([busy(r) for r in ok]) if ok else math.nan:.2f} | "
+              f"{np.nanmedian([busy(r) for r in good]) if good else math.nan:.2f} | "
               f"{', '.join(verdicts) or 'too few pairs'} |")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from experiments.common.columns import PARAMS
+from experiments.common.columns import PAIRED, PARAMS
 from experiments.common.config import logged
 from experiments.common.job import Job
 from experiments.common.protocol import Point, PointResult
@@ -121,6 +121,7 @@ def judged(r: Reading) -> dict[str, str]:
         tags |= {f"oversubscribed_{op}": why[:REASON_CHARS] for op, why in r.oversubscribed.items()}
     if r.replaced:
         tags["remeasured"] = "; ".join(f"process {x.process}: {x.reason}" for x in r.replaced)[:REASON_CHARS]
+    tags |= paired_tags(r)
     if r.interrupted:
         tags["failure_reason"] = r.interrupted
     elif r.failure is not None:
@@ -128,11 +129,33 @@ def judged(r: Reading) -> dict[str, str]:
     return tags | {"outcome": r.outcome}
 
 
+def paired_tags(r: Reading) -> dict[str, str]:
+    """How the point was compared: `design` paired or unpaired; paired, the baseline it was compared with (or
+    `paired_baseline=true`), each op's verdict, and what differs from the baseline besides the variant."""
+    if r.paired is None:
+        return {"design": "unpaired"} if r.ops else {}
+    tags = {"design": "paired", "variant": r.paired.label, "compared_with": r.paired.baseline}
+    if r.paired.is_baseline:
+        return tags | {"paired_baseline": "true"}
+    tags |= {f"{op}_verdict": str(c.verdict) for op, c in r.paired.ops.items()}
+    return tags | {"differs": "; ".join(r.paired.differs) or "nothing else"}
+
+
+def paired_metrics(r: Reading) -> dict[str, float]:
+    """Per op compared paired, the speedup over the baseline (its time over this point's: above 1, faster), its 95%
+    interval, p- and q-value and the trials it rests on."""
+    out = {}
+    for op, c in (r.paired.ops.items() if r.paired else ()):
+        values = (1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low, c.p_value, c.q_value, c.pairs)
+        out |= {f"{op}_{k}": float(v) for k, v in zip(PAIRED, values) if v == v}  # NaN (one trial): not known
+    return out
+
+
 def op_metrics(r: Reading) -> dict[str, float]:
-    """`<op>_<name>` for every number of every measured op (an unmeasured one's without its time), and the calibrated
-    peak."""
+    """`<op>_<name>` for every number of every measured op (an unmeasured one's without its time), its paired
+    speedup, and the calibrated peak."""
     out = {f"{op}_{k}": v for op, o in [*r.ops.items(), *r.unmeasured.items()] for k, v in o.metrics().items()}
-    return out | ({"peak_tflops": r.peak_tflops} if r.peak_tflops else {})
+    return out | paired_metrics(r) | ({"peak_tflops": r.peak_tflops} if r.peak_tflops else {})
 
 
 def samples(r: Reading) -> dict[str, dict]:

@@ -38,6 +38,15 @@ class SweepState(Json):
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
     resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
     machine: MachineCheck | None = None  # the machine check the sweep ran before its first job
+    # The jobs measured together, paired, by job number (sweep.cells): the first of each group measures them all.
+    # With every job's config as logged and its environment's fingerprint, so that it can in any process.
+    groups: list[list[int]] = field(default_factory=list)
+    configs: list[dict] = field(default_factory=list)
+    fingerprints: list[str | None] = field(default_factory=list)
+
+    def group(self, number: int) -> list[int]:
+        """The job numbers measured with job `number` (itself first where it leads them); [number] if unpaired."""
+        return next((g for g in self.groups if number in g), [number])
 
     def compile_cache(self, directory: Path, job: Job) -> Path | None:
         """Where `job`'s workers keep what they compiled (runtime.compile_cache): in the sweep dir, per host and
@@ -126,10 +135,10 @@ class Sweep:
         """Every point saved under the sweep (a record.json is written last, so a half-saved point is not one)."""
         return sorted(p.parent for p in self.directory.glob(f"**/points/*/{META}"))
 
-    def tick(self) -> str:
-        """Count one finished point; '[done/total, ETA]' for the console."""
+    def tick(self, n: int = 1) -> str:
+        """Count `n` finished measurements; '[done/total, ETA]' for the console."""
         with open(self.progress, "a") as f:
-            f.write(".")
+            f.write("." * n)
         state, done = self.read(), self.progress.stat().st_size
         total = state.measurements or state.points or done
         eta = (time.time() - state.start) / done * max(total - done, 0)

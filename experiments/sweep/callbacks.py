@@ -55,4 +55,4 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         interrupts.checkpoint()  # a signal after the last job: the sweep ends as interrupted
         interrupts.defer()  # from here a signal waits: the report and the parent's status are written whole
-        ending.end(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report.baseline)
+        ending.end(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report)

@@ -20,7 +20,7 @@ from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, fail, first_line
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
-from experiments.sweep import interrupts, opening
+from experiments.sweep import cells, interrupts, opening
 
 UPLOAD = "nnbench upload"
 RESUME = "the same command with resume=true measures only what is missing"
@@ -79,14 +79,16 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
 
 
 def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE, show: bool = False,
-                 wall_s: float | None = None) -> int:
+                 wall_s: float | None = None, sweep_dir: Path | None = None) -> tuple[int, list[str]]:
     """The sweep's answer on its parent run (description, metrics, tags, the headline in its name), its report as
-    artifacts, then its status; returns the number of point runs. `wall_s`: the sweep's wall time, when it ends now."""
+    artifacts, then its status; returns the number of point runs and the cells found slower than the baseline,
+    paired. `wall_s`: the sweep's wall time, when it ends now; `sweep_dir`: where the paired trials' evidence is."""
     from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
 
     runs = tracking.children(state.uri, state.experiment_id, state.parent_run_id)
     t = tables.tidy(runs)
+    evidence = cells.Answer.read_all(sweep_dir) if sweep_dir else []
     c = o.counts
     metrics = {"points_finished": c["ok"], "points_skipped": c["skipped"], "points_failed": c["failed"],
                "points_interrupted": c["interrupted"]} | ({"sweep_wall_s": wall_s} if wall_s is not None else {})
@@ -99,18 +101,20 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
             written = pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
-            metrics |= answer.metrics(t, baseline)
-            note = answer.note(t, runs, baseline, o.line(), sorted(written))
-            headline = answer.headline(t, baseline)
+            metrics |= answer.metrics(t, baseline, evidence)
+            note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
+            headline = answer.headline(t, baseline, evidence)
             if show:
-                print(tables.markdown(tables.summary(t, baseline)))
+                print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
         tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
                                answer.environment(runs) | tags, headline)
-    return len(runs)
+    return len(runs), answer.slower(t, baseline) if not t.empty else []
 
 
-def finish(sweep: Sweep, baseline: str) -> int:
-    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code."""
+def finish(sweep: Sweep, report) -> int:
+    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code (1
+    where `report.fail_on_regression` and a variant is slower than the baseline)."""
+    baseline = report.baseline
     from experiments.store import tracking  # mlflow is slow to import: only at the end
 
     state = sweep.read()
@@ -121,7 +125,7 @@ def finish(sweep: Sweep, baseline: str) -> int:
     if state.parent_run_id and not problem:
         try:
             status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
-            n = close_parent(state, status, o, baseline, show=True, wall_s=time.time() - state.start)
+            n, slower = close_parent(state, status, o, baseline, True, time.time() - state.start, sweep.directory)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
             print(f"the sweep's answer{where}: {tracking.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
@@ -133,6 +137,10 @@ def finish(sweep: Sweep, baseline: str) -> int:
     sweep.end("finished" if complete else "incomplete")
     if complete:
         print(o.line())
+        if report.fail_on_regression and slower:
+            print(f"nnbench: error: slower than {baseline} (paired, report.fail_on_regression=true): "
+                  f"{'; '.join(slower)}", file=sys.stderr)
+            return LOST
         return 0
     unmeasured = "not measured" if cut else "lost"
     why = f"; {problem}" if problem else ""
@@ -142,11 +150,11 @@ def finish(sweep: Sweep, baseline: str) -> int:
     return LOST
 
 
-def end(sweep: Sweep, baseline: str, what: str = "sweep") -> None:
-    """`finish` a sweep or single run; exit non-zero when it must. A signal that came while it closed waited until
-    it had closed (interrupts.defer): say so, and exit 128+signal."""
+def end(sweep: Sweep, report, what: str = "sweep") -> None:
+    """`finish` a sweep or single run (`report`: its config's report keys); exit non-zero when it must. A signal that
+    came while it closed waited until it had closed (interrupts.defer): say so, and exit 128+signal."""
     try:
-        code = finish(sweep, baseline)
+        code = finish(sweep, report)
     except Exception as e:  # the points are on disk; say where, and fail
         fail(f"the {what} could not end cleanly ({first_line(e)}); its points are kept in {sweep.directory}: "
              f"{UPLOAD} {sweep.directory}", 1)
@@ -205,7 +213,7 @@ def close_sweep(sweep: Sweep, baseline: str) -> str:
     o = outcome(sweep, state)
     status = "KILLED" if state.ended == "interrupted" else "FINISHED" if o.complete else "FAILED"
     if parent.info.status != status or not tracking.is_complete(parent):
-        close_parent(state, status, o, baseline)
+        close_parent(state, status, o, baseline, sweep_dir=sweep.directory)
     missing = f" (planned points without a record: see the job logs in {sweep.directory})" if (
         o.missing and status == "FAILED") else ""
     return f"parent run {state.parent_run_id} {status}: {o.line()}{missing}"

@@ -83,6 +83,12 @@ def deferred() -> contextlib.AbstractContextManager[None]:
     return _in_mode("deferred")
 
 
+def raise_pending() -> None:
+    """Raise if a signal came (the paired engine's checkpoint: a signal's worker kills end its trial, never later)."""
+    if (signum := pending()) is not None:
+        raise Interrupted(signum)
+
+
 def checkpoint() -> None:
     """A safe place to stop: raise if a signal came, unless it stopped a worker whose end the job has yet
     to see (the points that worker finished are kept first, then its point in progress raises)."""

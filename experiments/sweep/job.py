@@ -8,6 +8,7 @@ line, and the end of the sweep counts what is missing. Only `interrupts.Stop` (a
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import time
@@ -23,7 +24,7 @@ from experiments.common.protocol import PointResult
 from experiments.measure.reading import read
 from experiments.store import records, uris
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, opening, points, preflight, proof, requeue
+from experiments.sweep import cells, commandline, ending, interrupts, opening, points, preflight, proof, requeue
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -38,11 +39,14 @@ def run(cfg: DictConfig) -> None:
     if in_launcher:
         interrupts.defer()  # a signal while the job starts waits for its first checkpoint, below
     sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
+    number = hc.job.num if multirun else 0
     try:
         this, state = prepare(cfg, multirun, sweep, out)
-        if multirun:
-            this = requeue.again(this, state, out)  # SLURM runs a requeued job from its start
-        this = proof.tagged(this, sweep.directory)
+        if state.group(number)[0] != number:  # a cell's variants are measured by the first job of the cell
+            log.info("job %d: its points are measured with job %d's, paired (the variants of a cell take turns on "
+                     "one machine); they are in that job's dir", number, state.group(number)[0])
+            return
+        group = members(this, number, state, sweep.directory, out, multirun)
     except Exception as e:  # bad input, a taken sweep dir, a store or a state file that can't be read
         why = str(e) if isinstance(e, (BadInput, SweepTaken)) else first_line(e)
         if not multirun:
@@ -52,21 +56,18 @@ def run(cfg: DictConfig) -> None:
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            kept = points.run_job(this, out, state, sweep, sweep.directory / PEAKS,
-                                  state.compile_cache(sweep.directory, this), state.machine, in_launcher)
-        times = kept.times(time.perf_counter() - start)
-        (out / points.TIMES).write_text(times.to_json())
-        profiling = f", {times.profiling_s:.2f} s profiling" if this.config.profile else ""
-        log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
-                 times.measuring_s, profiling, times.fixed_s, times.points)
+            kept = measured(this, group, state, sweep, out, in_launcher)
+        timed(kept, out, time.perf_counter() - start, this.config.profile)
     except interrupts.Interrupted as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
         if requeue.runs_again(e.signum):
             why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
-            fail_the_rest(this, state, out, f"the SLURM job reached its time limit (hydra.launcher.timeout_min="
-                          f"{hc.launcher.get('timeout_min')}) before this point was measured, and was not requeued "
-                          f"({why}): raise hydra.launcher.timeout_min or hydra.launcher.max_num_timeout")
+            for job, directory in group:
+                fail_the_rest(job, state, directory, f"the SLURM job reached its time limit (hydra.launcher."
+                              f"timeout_min={hc.launcher.get('timeout_min')}) before this point was measured, and "
+                              f"was not requeued ({why}): raise hydra.launcher.timeout_min or "
+                              "hydra.launcher.max_num_timeout")
             return
         log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
         return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
@@ -77,7 +78,25 @@ def run(cfg: DictConfig) -> None:
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
     if not multirun:
-        ending.end(sweep, this.config.report.baseline, "run")
+        ending.end(sweep, this.config.report, "run")
+
+
+def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, out: Path,
+             in_launcher: bool) -> list[points.Points]:
+    """The job's points, measured with its cell's other variants (paired), or on their own (unpaired)."""
+    if cells.paired(this):
+        return cells.measure(group, state, sweep, in_launcher)
+    return [points.run_job(this, out, state, sweep, sweep.directory / PEAKS, state.compile_cache(sweep.directory, this),
+                           state.machine, in_launcher)]
+
+
+def timed(kept: list[points.Points], out: Path, wall_s: float, profile: bool) -> None:
+    """Where the job's time went, in its dir (`nnbench overhead` reads it) and one log line."""
+    times = points.JobTimes.total([k.times(wall_s) for k in kept])
+    (out / points.TIMES).write_text(times.to_json())
+    profiling = f", {times.profiling_s:.2f} s profiling" if profile else ""
+    log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
+             times.measuring_s, profiling, times.fixed_s, times.points)
 
 
 def prepare(cfg: DictConfig, multirun: bool, sweep: Sweep, out: Path) -> tuple[Job, SweepState]:
@@ -91,6 +110,24 @@ def prepare(cfg: DictConfig, multirun: bool, sweep: Sweep, out: Path) -> tuple[J
     uri = validated.uri if validated else uris.validate(c.mlflow.tracking_uri, c.mlflow.experiment_name)
     state = opening.open_sweep(out, [this], uri, c.mlflow.experiment_name)
     return state.todo(this, 0), state
+
+
+def members(this: Job, number: int, state: SweepState, sweep_dir: Path, out: Path,
+            multirun: bool) -> list[tuple[Job, Path]]:
+    """The jobs this one measures, each with its dir: itself; and, paired, its cell's other variants (each job's
+    points in `out/job-<number>`). Each without the points resume found in the store or an earlier run of a
+    requeued job saved (SLURM runs a requeued job from its start), tagged with its model's parity and FLOPs."""
+    numbers = state.group(number)
+    out_of = {n: out / f"job-{n}" for n in numbers} if cells.paired(this) else {number: out}
+    group = []
+    for n in numbers:
+        fingerprint = state.fingerprints[n] if n < len(state.fingerprints) else this.fingerprint
+        job = this if n == number else state.todo(cells.sibling(state.configs[n], fingerprint), n)
+        job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint)
+        if multirun:
+            job = requeue.again(job, state, out_of[n])
+        group.append((proof.tagged(job, sweep_dir), out_of[n]))
+    return group
 
 
 def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:

@@ -8,11 +8,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from experiments.common.config import logged
 from experiments.common.job import Job
 from experiments.measure.machine import check
 from experiments.store import records
 from experiments.store.sweepdir import Sweep, SweepState, without
-from experiments.sweep import interrupts
+from experiments.sweep import cells, interrupts
 
 log = logging.getLogger("nnbench")
 
@@ -54,10 +55,12 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
                      "%s; they are skipped", skipped, sum(len(j.points) for j in jobs), uri)
             jobs = [without(j, resumed.get(str(i), [])) for i, j in enumerate(jobs)]
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
-        measurements = sum(len(j.points) * j.workers for j in jobs) if jobs is not None else None
+        measurements = sum(cells.measurements(j) for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
         state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
-                           machine=machine)
+                           machine=machine, groups=cells.plan(jobs) if jobs else [],
+                           configs=[logged(j.config) for j in jobs or []],
+                           fingerprints=[j.fingerprint for j in jobs or []])
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:

@@ -26,8 +26,9 @@ from experiments.common.protocol import PARTS, Json, OpResult, Point, PointResul
 from experiments.harness import external, manager
 from experiments.measure.backends import Unsupported, validate_side
 from experiments.measure.machine import MachineCheck, prior
-from experiments.measure.reading import Reading, Replaced, read
+from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
+from experiments.measure.verdict import PairedComparison
 from experiments.store import records
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
 from experiments.sweep import interrupts, requeue
@@ -52,6 +53,12 @@ class JobTimes(Json):
     sampling_s: float = 0.0
     logging_s: float = 0.0  # plots and the store, between workers
     profiling_s: float = 0.0  # profile=true: inside the profiling worker, from each op's build to its files
+
+    @classmethod
+    def total(cls, jobs: list["JobTimes"]) -> "JobTimes":
+        """Several jobs measured in one (a paired group): their numbers added, the one wall time kept."""
+        sums = {f.name: sum(getattr(j, f.name) for j in jobs) for f in dataclasses.fields(cls) if f.name != "wall_s"}
+        return cls(wall_s=jobs[0].wall_s, **sums)
 
     @property
     def fixed_s(self) -> float:
@@ -84,8 +91,9 @@ class Points:
     """
 
     def __init__(self, job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
-                 machine: MachineCheck | None = None, in_launcher: bool = False):
+                 machine: MachineCheck | None = None, in_launcher: bool = False, ticks: bool = True):
         self.job, self.job_dir, self.state, self.sweep, self.machine = job, job_dir, state, sweep, machine
+        self.ticks = ticks  # a finished point counts in the progress (paired: the trials count instead)
         self.in_launcher = in_launcher  # a launcher's process: a job SLURM runs again measures its point then
         self.results: list[list[PointResult]] = [[] for _ in job.points]  # per point, one per process so far
         self.replaced: list[list[Replaced]] = [[] for _ in job.points]  # per point, processes measured again
@@ -95,6 +103,7 @@ class Points:
         self.queued: list[Kept] = []  # to be logged once the worker has ended
         self.done: list[Kept] = []  # saved with all they will get, in the order they were passed on
         self.profiling: list[Kept] = []  # being profiled, in the order the profiling worker reports them
+        self.paired: dict[int, Paired] = {}  # per point, how it was compared with its cell's baseline (paired)
         self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
         self.profiles = job.config.profile and job.config.framework.name != "external"
 
@@ -193,7 +202,8 @@ class Points:
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(point.batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             reading = read(point, [failed])
-        reading = dataclasses.replace(reading, interrupted=interrupted)
+        reading = dataclasses.replace(reading, interrupted=interrupted,
+                                      paired=self.paired.get(self.job.points.index(point)))
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
             rec = records.without_profile(rec, "unavailable", EXTERNAL)
@@ -212,9 +222,15 @@ class Points:
         self.queued.append(kept)
         raise interrupts.Interrupted(signum)
 
+    def cut(self, i: int, why: str) -> None:
+        """Point i as its processes so far measured it, saved as interrupted (KILLED) and queued to be logged."""
+        kept = self.save(self.job.points[i], self.results[i], why)
+        log.info("%s %s: INTERRUPTED (%s)", self.tick(0), kept.record.run_name, why)
+        self.queued.append(kept)
+
     def finished(self, kept: Kept) -> None:
         """Its console line; then it waits to be logged."""
-        log.info("%s %s: %s", self.tick(), kept.record.run_name, summary(kept))
+        log.info("%s %s: %s", self.tick(int(self.ticks)), kept.record.run_name, summary(kept))
         self.done.append(kept)
         self.queued.append(kept)
         interrupts.checkpoint()
@@ -254,10 +270,10 @@ class Points:
                 log_point(self.state, kept.record, kept.directory)
         self.logging_s += time.perf_counter() - t
 
-    def tick(self) -> str:
-        """The progress count (a full disk must not stop the logging of what is measured)."""
+    def tick(self, n: int = 1) -> str:
+        """The progress count, `n` measurements on (a full disk must not stop the logging of what is measured)."""
         try:
-            return self.sweep.tick() if self.sweep else ""
+            return self.sweep.tick(n) if self.sweep else ""
         except OSError:
             return "[?]"
 
@@ -287,10 +303,7 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
     if not job.points:  # resume=true found them all in the store
         return kept
     if (why := lacks(job)) is not None:  # no worker to start: every point is skipped, with the reason
-        for r in range(job.config.bench.processes):
-            for p in job.points:
-                kept.take(r, PointResult(p.batch_size, ops={op: OpResult("skipped", reason=why) for op in p.ops}))
-        kept.log_queued()
+        skip_all(kept, why)
         return kept
     t0 = time.perf_counter()
     measure, server = measurer(job, job_dir, cache)
@@ -311,6 +324,14 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
             server.close()
         kept.spent = spent | spent_in(kept.results)
     return kept
+
+
+def skip_all(kept: Points, why: str) -> None:
+    """Every point of the job skipped, with the reason (no worker can run its framework), and logged."""
+    for r in range(kept.job.config.bench.processes):
+        for p in kept.job.points:
+            kept.take(r, PointResult(p.batch_size, ops={op: OpResult("skipped", reason=why) for op in p.ops}))
+    kept.log_queued()
 
 
 def lacks(job: Job) -> str | None:
@@ -424,6 +445,8 @@ def summary(kept: Kept) -> str:
     if r.failure is not None:
         return "FAILED: " + r.failure.splitlines()[0]
     parts = [said for op in r.point.ops if (said := op_line(r, op))]
+    if r.paired is not None and r.paired.ops:
+        parts.append(f"vs {r.paired.baseline}: " + ", ".join(f"{op} {compared(c)}" for op, c in r.paired.ops.items()))
     if r.noisy:
         parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
     parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
@@ -451,6 +474,17 @@ def op_line(r: Reading, op: str) -> str:
     if op in r.unmeasured:
         return f"{op} UNMEASURED: {r.unmeasured[op].reason}"
     return f"{op} skipped ({r.skipped[op]})" if op in r.skipped else ""
+
+
+def compared(c: PairedComparison) -> str:
+    """A paired comparison in words, its interval on the same side: `1.51× slower [1.47, 1.55]`, `1.22× faster
+    [1.18, 1.26]`, `1.01× slower [0.99, 1.03], no change`."""
+    r, lo, hi, word = c.ratio, c.ci_low, c.ci_high, "slower"
+    if r < 1:
+        r, lo, hi, word = 1 / r, 1 / hi, 1 / lo, "faster"
+    if lo != lo:  # one trial: no interval, no verdict
+        return f"{r:.3g}× {word} (one trial: no interval)"
+    return f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if c.verdict.changed else f", {c.verdict}")
 
 
 def timed(op: str, s: Stats) -> str:

@@ -14,7 +14,7 @@ import typing
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import models
-from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, PRECISIONS, Config
+from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, PRECISIONS, VARIANT_KEYS, Config
 from experiments.common.errors import BadInput
 from experiments.common.job import Job
 from experiments.common.protocol import Point, Setup
@@ -96,6 +96,14 @@ def validate_values(config: Config) -> None:
     if bench.max_samples < bench.min_samples:
         raise BadInput(f"bench.max_samples ({bench.max_samples}) is below bench.min_samples "
                        f"({bench.min_samples}): raise it")
+    along = config.report.along
+    if along and along.split(".")[0] not in VARIANT_KEYS:
+        raise BadInput(f"report.along={along} is not a key a cell's variants span: one under "
+                       f"{', '.join(VARIANT_KEYS)}, e.g. report.along=runtime.python")
+    for key, lo, hi in (("threshold", 0, 1), ("alpha", 0, 1)):
+        value = getattr(config.report, key)
+        if not lo <= value < hi or (key == "alpha" and value == 0):
+            raise BadInput(f"report.{key}={value} is not a fraction in [{lo}, {hi}): e.g. report.{key}=0.05")
     mode, _, prec = config.report.baseline.partition(" ")  # modes: jax-jit, torch-compile-cg, a runner's name
     if not mode or prec not in PRECISIONS:
         raise BadInput(f"report.baseline must be '<mode> <precision>' (got {config.report.baseline!r}): e.g. "

@@ -12,7 +12,7 @@ from experiments.cli import main
 from experiments.cli.ab import checked as door
 from experiments.harness import pairs
 from experiments.harness.pairs import PAIR, PairResult
-from experiments.report.verdict import judge_pairs
+from experiments.measure.verdict import judge_pairs
 
 POINT = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from experiments.common.protocol import Burst, Point, Prepared, Request, Setup
 from experiments.harness import manager, pairs
-from experiments.report.verdict import Verdict, judge_pairs
+from experiments.measure.verdict import Verdict, judge_pairs
 from tests.helpers import FORMAT, TINY, budget
 
 

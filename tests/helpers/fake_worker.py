@@ -11,6 +11,11 @@ point, fill the disk holding PATH before measuring the next one.
 A profile request (profile=true) is answered with a made-up profile per op; its files hold the point's record.json
 as the profiling worker found it (`record-before-profiling.json`: saved before any profiling starts). With
 FAKE_PROFILE_FAULT=segv the profiling worker crashes instead.
+
+A paired request (the paired sweep) is served on its socket: each prepared cell takes FAKE_DELAY_S (the i-th ten
+minutes with FAKE_LONG_POINT=i), each burst answers five samples of the median; the worker misbehaves as FAKE_FAULT
+says when asked to prepare its second cell (`early`, `hang`: its first), or where FAKE_FAULT_SIDE=<framework> names
+another framework than its own, never.
 """
 import os
 import shutil
@@ -76,6 +81,50 @@ if request.profile_dir:
         with open(results, "a") as f:
             f.write(line.to_json() + "\n")
     sys.exit(0)
+def misbehave() -> None:
+    print("about to fail:", fault, flush=True)
+    if fault in ("segv", "early"):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == "oom":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "raise":
+        raise RuntimeError("CUDA error: out of memory")
+    time.sleep(120)
+
+
+def serve_paired() -> None:
+    """A paired worker's side of the socket: ready, prepare, burst, end; misbehaving as FAKE_FAULT says."""
+    import socket
+
+    from experiments.common.protocol import Burst, Command, Prepared, Ready
+
+    me = os.environ.get("FAKE_FAULT_SIDE", request.framework) == request.framework
+    good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(request.paired)
+        sock.sendall(Ready({"torch_version": "0.fake"}, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode()
+                     + b"\n")
+        prepared, batch = 0, 1
+        for line in sock.makefile("rb"):
+            command = Command.from_json(line)
+            if command.do == "end":
+                return
+            if command.do == "prepare":
+                if prepared >= good:
+                    misbehave()
+                time.sleep(600 if str(prepared) == os.environ.get("FAKE_LONG_POINT")
+                           else float(os.environ.get("FAKE_DELAY_S", "0")))
+                prepared, batch = prepared + 1, command.batch_size
+                sock.sendall(Prepared("ok", device="cpu", block=1).to_json().encode() + b"\n")
+                continue
+            median = batch * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001
+            meter = {"busy_cpu_s": 0.0, "own_cpu_s": 0.0, "wall_s": command.seconds, "minor_faults": 0.0}
+            sock.sendall(Burst([median] * 5, meter).to_json().encode() + b"\n")
+
+
+if request.paired:
+    serve_paired()
+    sys.exit(0)
 for i, p in enumerate(request.points[:len(request.points) if fault == "none" else 0 if fault in ("hang", "early")
                                      else 1]):
     if i == 1 and "FAKE_FILL_DISK" in os.environ:
@@ -88,11 +137,4 @@ for i, p in enumerate(request.points[:len(request.points) if fault == "none" els
         f.write(line.to_json() + "\n")
 if fault == "none":
     sys.exit(0)
-print("about to fail:", fault, flush=True)
-if fault in ("segv", "early"):
-    os.kill(os.getpid(), signal.SIGSEGV)
-if fault == "oom":
-    os.kill(os.getpid(), signal.SIGKILL)
-if fault == "raise":
-    raise RuntimeError("CUDA error: out of memory")
-time.sleep(120)
+misbehave()

@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 from experiments.common.protocol import Measurement
 from experiments.measure import stats, timing
 from experiments.measure.meter import oversubscription
-from experiments.report.verdict import Verdict, judge_pairs, paired_t
+from experiments.measure.verdict import Verdict, judge_pairs, paired_t
 
 
 def bursts(level: float, rounds: int = 30, per: int = 20, seed: int = 0, sd: float = 0.02) -> list[list[float]]:

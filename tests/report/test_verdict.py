@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.report.verdict import judge, process_medians, welch
+from experiments.measure.verdict import judge, process_medians, welch
 
 
 def processes(rng, median, k=5, spread=0.05):

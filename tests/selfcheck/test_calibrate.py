@@ -60,7 +60,7 @@ def test_the_paired_minimal_detectable_effect_is_the_smallest_shift_found_in_90_
 
 
 def test_the_paired_table_puts_both_verdicts_side_by_side():
-    from experiments.report.verdict import PairedComparison, Verdict
+    from experiments.measure.verdict import PairedComparison, Verdict
 
     def said(verdict, ratio):
         return PairedComparison(ratio, ratio * 0.99, ratio * 1.01, 0.01, 0.01, verdict, 6), 80.0

@@ -10,7 +10,7 @@ import pytest
 
 from experiments.common import config
 from experiments.harness import envs, pairs
-from experiments.report.verdict import judge_pairs
+from experiments.measure.verdict import judge_pairs
 from experiments.selfcheck import planted
 from experiments.sweep import commandline
 

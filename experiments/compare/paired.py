@@ -1,0 +1,174 @@
+"""A paired comparison along one axis: `nnbench ab AXIS=A,B`, `versions` and `bisect` run the paired sweep with
+`report.along=AXIS` (each value against the one before it, on one machine, the variants taking turns in bursts of
+warm workers) as a child process, then read its verdicts back from the sweep dir as typed rows. Parent side.
+
+The rows' JSON (`as_json`) is versioned by SCHEMA: a change that renames or retypes a field is a new version.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from experiments.common.child import run_to_end
+from experiments.common.config import ROOT
+from experiments.common.errors import BadInput
+from experiments.common.protocol import Json
+from experiments.measure.verdict import Verdict
+from experiments.store.records import META, Record
+from experiments.store.sweepdir import MARKER
+from experiments.sweep import cells
+
+SCHEMA = "nnbench.paired/1"  # the JSON of `as_json`: docs/comparing.md#the-json
+
+
+@dataclass(frozen=True)
+class Design:
+    """The paired design a command's flags set (None: the bench preset's), as the sweep's overrides."""
+
+    pairs: int | None = None  # bench.processes: fresh trials per cell at first
+    max_pairs: int | None = None  # bench.max_processes
+    bursts: int | None = None  # bench.rounds
+    burst_ms: float | None = None  # bench.burst_s, in ms
+    threshold: float | None = None  # report.threshold
+    alpha: float | None = None  # report.alpha
+
+    def __post_init__(self):
+        checks = [(self.pairs is None or self.pairs >= 2, f"--pairs {self.pairs}: at least 2 (one pair gives no "
+                                                          "verdict), e.g. --pairs 6"),
+                  (self.max_pairs is None or self.max_pairs >= (self.pairs or 2),
+                   f"--max-pairs {self.max_pairs} is below --pairs {self.pairs or 2}: e.g. --max-pairs 12"),
+                  (self.bursts is None or self.bursts >= 1, f"--bursts {self.bursts}: at least 1, e.g. --bursts 25"),
+                  (self.burst_ms is None or (math.isfinite(self.burst_ms) and self.burst_ms > 0),
+                   f"--burst-ms {self.burst_ms}: a positive length, e.g. --burst-ms 20")]
+        for ok, message in checks:
+            if not ok:
+                raise BadInput(message)
+
+    def overrides(self) -> list[str]:
+        keys = (("bench.processes", self.pairs), ("bench.max_processes", self.max_pairs), ("bench.rounds", self.bursts),
+                ("bench.burst_s", None if self.burst_ms is None else self.burst_ms / 1e3),
+                ("report.threshold", self.threshold), ("report.alpha", self.alpha))
+        given = [(k, v) for k, v in keys if v is not None]
+        if self.pairs is not None and self.max_pairs is None:  # a preset's max below the pairs asked for
+            given.append(("bench.max_processes", max(self.pairs, 2 * self.pairs)))
+        return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in given]
+
+
+@dataclass(frozen=True)
+class CellVerdict(Json):
+    """One cell of a paired comparison: a variant against the one before it along the axis."""
+
+    model: str
+    op: str
+    batch_size: int
+    variant: str  # B: its label in the sweep
+    baseline: str  # A
+    speedup: float | None  # A's time over B's: above 1, B is faster
+    low: float | None  # the speedup's 95% interval
+    high: float | None
+    verdict: Verdict
+    trials: int
+    run_id: str | None  # B's point run
+    differs: str  # what differs between A and B besides the axis
+
+    @property
+    def ratio(self) -> float | None:
+        """B's time over A's: above 1, B is slower."""
+        return 1 / self.speedup if self.speedup else None
+
+    def interval(self) -> tuple[float | None, float | None]:
+        """The ratio's 95% interval."""
+        return (1 / self.high if self.high else None, 1 / self.low if self.low else None)
+
+
+def axis(text: str) -> tuple[str, list[str]]:
+    """`key=A,B,...` as the key and its values, parsed as Hydra parses a sweep override; BadInput naming the fix
+    where it is not one, or not something a cell's variants can span."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # Hydra: only for these commands
+
+    try:
+        (override,) = OverridesParser.create().parse_overrides([text])
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else []
+    except Exception as e:  # Hydra's own parse errors
+        raise BadInput(f"{text!r} is not AXIS=A,B ({str(e).splitlines()[0]}): e.g. framework.compile=true,false")
+    key = override.get_key_element()
+    if not cells.spans(key):
+        raise BadInput(f"{key} fixes a cell, so its values can't be paired: compare values of "
+                       f"{', '.join(cells.VARIANT_KEYS)} (e.g. framework.compile=true,false), or sweep {key} with "
+                       "python -m experiments.run -m")
+    return key, values
+
+
+def check(argv: list[str], key: str) -> list:
+    """The sweep's jobs, through the sweep's own door (composed, checked, probed); BadInput naming the fix, also
+    for a runner that times itself (framework=external: it can't take turns)."""
+    from experiments.common.config import register  # Hydra and the door: only for these commands
+    from experiments.sweep import commandline
+
+    register(commandline.pythons(argv))  # networks of the environments compared
+    if key in {o.lstrip("+~").split("=", 1)[0] for o in argv[1:]}:
+        raise BadInput(f"{key} is the axis compared: set it only once")
+    checked = commandline.explained(["-m", *argv])
+    if checked is None or checked.jobs is None:
+        raise BadInput("a paired comparison runs the basic sweeper's jobs: drop hydra/sweeper and the print flags")
+    if any(not cells.paired(j) for j in checked.jobs):
+        raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
+                       "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
+    return checked.jobs
+
+
+def sweep(overrides: list[str], directory: Path, uri: str, experiment: str, parent: str | None = None,
+          quiet: bool = False) -> int:
+    """The paired sweep, in a child process, its dir `directory`; its exit code. Its lines go to this terminal
+    (`quiet`: to stderr)."""
+    argv = [sys.executable, "-m", "experiments.run", "-m", *overrides, f"hydra.sweep.dir={directory}",
+            f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={experiment}",
+            *([f"mlflow.parent_run_id={parent}"] if parent else [])]
+    environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return run_to_end(argv, env=environ, stdout=sys.stderr if quiet else None).returncode
+
+
+def verdicts(directory: Path) -> list[CellVerdict]:
+    """Every paired comparison the sweep under `directory` judged, from its points' records (a variant against the
+    one before it; a baseline's own points hold none)."""
+    out = []
+    for d in sorted(p.parent for p in directory.glob(f"**/points/*/{META}")):
+        rec = Record.load(d)
+        t, m = rec.tags, rec.metrics
+        if t.get("design") != "paired" or t.get("paired_baseline") == "true":
+            continue
+        run_id = (d / MARKER).read_text().strip() if (d / MARKER).exists() else None
+        for op in (o for o in rec.params["ops"].split(",") if f"{o}_verdict" in t):
+            out.append(CellVerdict(rec.params["model"], op, int(rec.params["batch_size"]), t["variant"],
+                                   t["compared_with"], m.get(f"{op}_speedup"), m.get(f"{op}_speedup_ci95_low"),
+                                   m.get(f"{op}_speedup_ci95_high"), Verdict(t[f"{op}_verdict"]),
+                                   int(m.get(f"{op}_speedup_trials", 0)), run_id, t.get("differs", "")))
+    return sorted(out, key=lambda r: (r.model, r.variant, r.batch_size, r.op))
+
+
+def slower(rows: list[CellVerdict]) -> list[str]:
+    """The cells judged slower, one phrase each: `lenet inference bs32 torch-eager fp32 over jax-jit fp32 1.51×
+    [1.47, 1.55]`."""
+    return [f"{r.model} {r.op} bs{r.batch_size} {r.variant} over {r.baseline} {r.ratio:.3f}× "
+            f"[{r.interval()[0]:.3f}, {r.interval()[1]:.3f}]" for r in rows if r.verdict == Verdict.SLOWER]
+
+
+def table(rows: list[CellVerdict]) -> str:
+    """The verdicts as a Markdown table: B/A (above 1: B slower), its interval, the verdict, the trials."""
+    from tabulate import tabulate  # only once measured
+
+    body = [[r.model, r.op, r.batch_size, f"{r.variant} / {r.baseline}", f"{r.ratio:.3f}" if r.ratio else "",
+             "[{:.3f}, {:.3f}]".format(*r.interval()) if r.low else "", str(r.verdict), r.trials] for r in rows]
+    return "paired: each B over its A (above 1: B is slower)\n" + tabulate(
+        body, ["model", "op", "batch", "B / A", "B/A", "95% interval", "verdict", "pairs"], tablefmt="github")
+
+
+def as_json(rows: list[CellVerdict], **about) -> str:
+    """The verdicts as one JSON object: `schema` (SCHEMA), what was compared (`about`), and one object per cell."""
+    cells_ = [asdict(r) | {"verdict": str(r.verdict), "ratio": r.ratio, "interval": list(r.interval())}
+              for r in rows]
+    return json.dumps({"schema": SCHEMA, **about, "cells": cells_}, indent=1)
