@@ -43,7 +43,7 @@ from experiments.common.job import Job
 from experiments.common.protocol import Burst, Command, Json, Point, Prepared, Ready, Request
 from experiments.harness import manager
 from experiments.measure import stats
-from experiments.measure.meter import background_cores, oversubscription
+from experiments.measure.meter import meter, oversubscription
 
 # Burst length, chosen with `python -m experiments.selfcheck.paired` (docs/evidence.md): A/A pairs of torch LeNet
 # bs32 inference (one thread), 1.5 s of bursts per side per pair, other work using 1.3-1.5 of the 2 cores: the
@@ -132,18 +132,12 @@ class Turn(Json):
         p = self.prepared
         return p.reason if p is not None and p.status != "ok" else None
 
-    def busy_cores(self) -> float:
-        """Other processes' CPU use while this side's bursts ran, in cores: over all its bursts together (a single
-        burst's reading is too coarse, see `background_cores`)."""
-        return background_cores({k: sum(x.meter[k] for x in self.bursts) for k in ("busy_cpu_s", "own_cpu_s",
-                                                                                  "wall_s")}) if self.bursts else 0.0
-
-    def oversubscribed(self, framework: str) -> str | None:
-        """Where this side's intra-op threads outnumbered the cores free during its bursts: why, and what to set."""
+    def oversubscribed(self, framework: str, other_cores: float) -> str | None:
+        """Where this side's intra-op threads outnumbered the cores other processes left free: why, what to set."""
         r = self.ready
         if r is None or not r.cores or not self.bursts:
             return None
-        return oversubscription(framework, r.threads, r.cores, self.busy_cores(),
+        return oversubscription(framework, r.threads, r.cores, other_cores,
                                 int(r.machine.get("cpu_count_logical", r.cores)))
 
 
@@ -158,6 +152,17 @@ class Trial(Json):
     failure: str | None = None  # a crash, a hang, a worker that never connected: the trial's cell is left out
     failed_side: int | None = None  # whose worker it was
     stderr_tail: str = ""
+    meter: dict[str, float] = field(default_factory=dict)  # the parent's `meter()` change over the rounds
+
+    def background_cores(self) -> float:
+        """Other processes' CPU use over the cell's rounds, in cores: the machine's busy time less this trial's
+        workers' (each one's whole CPU time: its bursts, and answering the parent between them) and the parent's own,
+        which drives them between bursts. Read once over the rounds, not per burst: the kernel counts idle time in
+        10 ms ticks, ±0.5 core per 20 ms burst."""
+        m = self.meter
+        if not m or m["wall_s"] <= 0:
+            return 0.0
+        return max(0.0, (m["busy_cpu_s"] - m["own_cpu_s"] - m["workers_cpu_s"]) / m["wall_s"])
 
     def log_ratio(self, side: int, base: int) -> float | None:
         """log(side/base): the median of the rounds' log ratios; None where either side has no bursts."""
@@ -305,6 +310,14 @@ class PairedWorker:
                 raise self.failed(f"worker {self.name} did not stop")
             time.sleep(0.0005)
 
+    def cpu_s(self) -> float:
+        """The worker's CPU time so far, every thread (0 once it is gone)."""
+        try:
+            t = psutil.Process(self.worker.pid).cpu_times()
+        except psutil.Error:
+            return 0.0
+        return t.user + t.system
+
     def cont(self) -> None:
         for p in reversed(self.family):
             with contextlib.suppress(psutil.Error):
@@ -398,12 +411,15 @@ def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.r
         trial.turns[i].prepared = live[i].prepare(cell)
         live[i].stop() if turns else None
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]
+    before, cpu = meter(), sum(w.cpu_s() for w in live)
     for seq in orders(design, index, ok, rng) if ok else ():
         for i in seq:
             live[i].cont() if turns else None
             trial.turns[i].bursts.append(live[i].burst(design.burst_s))
             live[i].stop() if turns else None
             trial.order += letter(i)
+    after = meter()
+    trial.meter = {k: after[k] - before[k] for k in after} | {"workers_cpu_s": sum(w.cpu_s() for w in live) - cpu}
     trial.wall_s = time.perf_counter() - t0
     return trial
 

@@ -104,7 +104,7 @@ def ok(r: pairs.Trial) -> bool:
 
 
 def busy(r: pairs.Trial) -> float:
-    return (r.turns[0].busy_cores() + r.turns[1].busy_cores()) / 2 if ok(r) else math.nan
+    return r.background_cores() if ok(r) else math.nan
 
 
 def estimators(r: pairs.Trial) -> tuple[float, float, float, float]:

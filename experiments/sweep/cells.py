@@ -126,7 +126,7 @@ class Group:
         live = [jobs[i] for i in self.live]
         self.names = labels(live)
         self.bases = bases(live, jobs[0].config.report)
-        self.sides = [pairs.Side.of(j, name, caches[i], peaks) for i, j, name in zip(self.live, live, self.names)]
+        self.sides = [warm(pairs.Side.of(j, name, caches[i], peaks)) for i, j, name in zip(self.live, live, self.names)]
         every = [c for j in live for c in pairs.cells_of(j.points)]
         wanted = {(p.batch_size, op) for k in kept for p in k.job.points for op in p.ops}  # resume may leave some
         self.cells = [c for c in dict.fromkeys(every) if (c.batch_size, c.op) in wanted]
@@ -202,6 +202,16 @@ def bases(jobs: list[Job], report) -> list[int]:
 def along(key: str, axis: str) -> bool:
     """Whether the flattened key is the axis or lies under it (`framework.compile` under `framework.compile`)."""
     return key == axis or key.startswith(axis + ".")
+
+
+# A paired worker's warm-up before a cell's rounds: the preset's calls (warmup_calls), for at most this long. Its
+# bursts then take turns with the other variants' for the rounds, whose median ignores what warm-up is left.
+PAIRED_WARMUP_S = 0.05
+
+
+def warm(side: pairs.Side) -> pairs.Side:
+    budget = dataclasses.replace(side.request.budget, warmup_s=min(side.request.budget.warmup_s, PAIRED_WARMUP_S))
+    return dataclasses.replace(side, request=dataclasses.replace(side.request, budget=budget))
 
 
 def wide(c: PairedComparison) -> float:
@@ -312,7 +322,7 @@ def results(point: Point, compared: list[pairs.Compared], side: int, framework: 
                 failed = t
                 break
             if t.turns[side].prepared is not None:  # else it sat the cell out (its worker failed on it before)
-                ops[c.cell.op] = op_result(t.turns[side], point.batch_size, framework)
+                ops[c.cell.op] = op_result(t.turns[side], point.batch_size, framework, t.background_cores())
         if failed is not None:
             out.append(PointResult(point.batch_size, failure=failed.failure, stderr_tail=failed.stderr_tail))
         elif ops:
@@ -322,9 +332,9 @@ def results(point: Point, compared: list[pairs.Compared], side: int, framework: 
     return out
 
 
-def op_result(turn: pairs.Turn, batch: int, framework: str) -> OpResult:
+def op_result(turn: pairs.Turn, batch: int, framework: str, other_cores: float) -> OpResult:
     """One side's turn at a cell as a timed worker's op result: its bursts' samples as one process's, with the
-    preparation's first call, warm-up, FLOPs and memory, and the other processes' CPU use over its bursts."""
+    preparation's first call, warm-up, FLOPs and memory, and the other processes' CPU use over the rounds."""
     p = turn.prepared
     if p is None or p.status != "ok":
         return OpResult("skipped", reason=p.reason if p else "not prepared")
@@ -336,8 +346,9 @@ def op_result(turn: pairs.Turn, batch: int, framework: str) -> OpResult:
     return OpResult("ok", device=p.device, measurement=m, stats=summarize([m], batch), calls_per_block=p.block,
                     flops=p.flops, compiles=compiles, compile_cache_hits=p.compile_cache_hits,
                     page_faults_per_call=meter.get("minor_faults", 0.0) / max(m.calls, 1),
-                    peak_mem_bytes=p.peak_mem_bytes, background_cores=turn.busy_cores(),
-                    threads=turn.ready.threads if turn.ready else None, oversubscribed=turn.oversubscribed(framework))
+                    peak_mem_bytes=p.peak_mem_bytes, background_cores=other_cores,
+                    threads=turn.ready.threads if turn.ready else None,
+                    oversubscribed=turn.oversubscribed(framework, other_cores))
 
 
 def progress(group: Group):
