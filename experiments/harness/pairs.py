@@ -369,20 +369,27 @@ class Workers:
         self.live: list[PairedWorker] = []
         self.ready: list[Ready] = []
 
-    def start(self) -> "Workers":
-        """Start every side's worker; once each is ready, stop it. PairFailed (every one killed) where one can't."""
+    def start(self, one_by_one: bool = False) -> "Workers":
+        """Start every side's worker; once each is ready, stop it. PairFailed (every one killed) where one can't.
+        They start at once, or `one_by_one`: the first trial's workers calibrate their framework's peak as they
+        start (`measure.peaks`), which another worker's start beside them would disturb."""
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             for i, (s, server) in enumerate(zip(self.sides, self.servers)):
                 self.live.append(PairedWorker(s, server, self.directory, i))
-            for w in self.live:  # they start at once; none measures until every one is ready and stopped
-                self.ready.append(w.ready())
-                if len(self.sides) > 1:  # one side alone has no one to take turns with
-                    w.stop()
+                if one_by_one:
+                    self.started(self.live[-1])
+            for w in self.live[len(self.ready):]:  # none measures until every one is ready and stopped
+                self.started(w)
         except BaseException:
             self.__exit__(PairFailed, None, None)
             raise
         return self
+
+    def started(self, w: PairedWorker) -> None:
+        self.ready.append(w.ready())
+        if len(self.sides) > 1:  # one side alone has no one to take turns with
+            w.stop()
 
     def __enter__(self) -> "Workers":
         return self
@@ -481,7 +488,7 @@ class Session:
         todo = [i for i in which if not self.compared[i].done(len(self.sides))][::1 if index % 2 == 0 else -1]
         while todo:
             try:
-                workers = Workers(self.sides, servers, self.directory / f"trial-{index}").start()
+                workers = Workers(self.sides, servers, self.directory / f"trial-{index}").start(index == 0)
             except PairFailed as e:  # a worker that can't start fails every cell it would measure
                 self.checkpoint()
                 for i in todo:

@@ -1,20 +1,25 @@
-"""What the hardware can do, for MFU: a calibrated matmul peak per environment, and vendors' dense peaks.
+"""What the hardware can do, for MFU: one peak per machine, device and precision, the same for every framework.
 
-The calibrated peak is what a large n×n matmul sustains through the measuring framework at the run's precision
-(median per call, n doubled until a call takes 20 ms): `<op>_mfu` = achieved / this. It is measured once per
-sweep and environment fingerprint and cached in the sweep dir, so every process of the sweep shares it.
+MFU is a fraction of what the hardware can do, and the hardware doesn't change with the framework. So the peak of a
+known GPU is its data sheet's dense peak (VENDOR_TFLOPS); elsewhere (a CPU) it is the best of what a large n×n matmul
+sustains through each framework the sweep measures, at the run's precision, with the framework's own threads (each
+calibrated once per sweep by the first worker of that framework, cached in the sweep dir): on one 2-core CPU in the
+same minute a jax matmul sustained 0.123 TFLOP/s and a torch one 0.066, so each framework's own peak made a torch step
+read "111% MFU" beside jax's 54%. And where a point's rate is above the peak after all, the peak is raised to it, and
+says so (`raised`): MFU never reads above 100%.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from experiments.common.protocol import Budget
+from experiments.common.protocol import Budget, Json
 from experiments.measure.flops import achieved_tflops
 from experiments.measure.timing import measure
 
@@ -60,13 +65,64 @@ def calibrate(matmul: Callable[[int], object], limit: int = 16384) -> float:
 
 def cached(path: Path, key: str, compute: Callable[[], float]) -> float:
     """The value for `key` in the JSON file at `path`, computed and added (atomically) the first time."""
-    def read() -> dict[str, float]:
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    if key in (known := read()):
+    if key in (known := read(path)):
         return known[key]
     value = compute()
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(read() | {key: value}))  # read again: another process may have added its own
-    os.replace(tmp, path)
+    write(path, key, value)
     return value
+
+
+def read(path: Path) -> dict[str, float]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write(path: Path, key: str, value: float) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(read(path) | {key: value}))  # read again: another process may have added its own
+    os.replace(tmp, path)
+
+
+def where(env: dict[str, str]) -> str:
+    """What one peak is for: the machine, the device and the precision (`host|cpu|fp32/tf32-off`)."""
+    return "|".join(env.get(k, "?") for k in ("host", "device_name", "precision_policy"))
+
+
+def calibrated(path: Path, env: dict[str, str], framework: str, compute: Callable[[], float]) -> float:
+    """This framework's matmul rate on this machine, device and precision, calibrated once per sweep (`path`)."""
+    return cached(path, f"{where(env)}|{framework}", compute)
+
+
+@dataclass(frozen=True)
+class Peak(Json):
+    """The peak MFU divides by, and where it came from (what people read beside every MFU)."""
+
+    tflops: float
+    source: str
+
+
+def peak(path: Path | None, env: dict[str, str]) -> Peak | None:
+    """The peak of this machine, device and precision: a known GPU's data sheet; else the best rate any framework's
+    calibration in the sweep reached (or a measured rate that passed it, `raised`); None where none is known."""
+    vendor = vendor_tflops(env.get("device_name", ""), env.get("precision_policy", ""))
+    if vendor:
+        return Peak(vendor, f"data sheet: {env['device_name']} at {env['precision_policy']}, {vendor:g} TFLOP/s")
+    prefix = where(env) + "|"
+    rates = {k.removeprefix(prefix): v for k, v in (read(path) if path else {}).items() if k.startswith(prefix)}
+    if not rates:
+        return None
+    best = max(rates, key=rates.get)
+    each = ", ".join(f"{fw} {v:.3g}" for fw, v in sorted(rates.items()) if fw != best)
+    if best.startswith("raised "):
+        return Peak(rates[best], best.removeprefix("raised ") + (f" (calibrated: {each})" if each else ""))
+    return Peak(rates[best], f"calibrated: a large matmul through {best} sustained {rates[best]:.3g} TFLOP/s at "
+                             f"{env.get('precision_policy', '?')}, the framework's own threads"
+                             + (f" (also: {each})" if each else ""))
+
+
+def raised(path: Path | None, env: dict[str, str], tflops: float, what: str) -> Peak:
+    """A measured rate above the peak becomes the peak (kept for the sweep's later points), and says so."""
+    source = f"raised to {what}'s {tflops:.3g} TFLOP/s, above every calibration"
+    if path is None:
+        return Peak(tflops, source)
+    write(path, f"{where(env)}|raised {source}", tflops)
+    return peak(path, env)

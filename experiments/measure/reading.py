@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from experiments.common.columns import DERIVED
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult, Stats, metric_fields
 from experiments.measure.flops import achieved_tflops
 from experiments.measure.machine import MachineCheck
-from experiments.measure.peaks import vendor_tflops
+from experiments.measure.peaks import Peak, peak, raised, vendor_tflops
 from experiments.measure.stats import summarize, unmeasured
 from experiments.measure.verdict import PairedComparison
 
@@ -34,7 +35,7 @@ class OpReading:
     result: OpResult  # the statistics of every process's samples, each metric() field combined
     measurements: tuple[Measurement, ...]  # one per process, in the order they ran
     achieved_tflops: float | None = None  # the op's FLOPs per call over the median
-    mfu: float | None = None  # achieved over the calibrated peak (`Reading.peak_tflops`)
+    mfu: float | None = None  # achieved over the machine's peak (`Reading.peak`)
     mfu_vendor: float | None = None  # achieved over the data-sheet peak of a known GPU
 
     @property
@@ -108,7 +109,7 @@ class Reading:
     failure: str | None = None  # why the point failed, and in which process: a fault in any process fails it
     stderr_tail: str = ""  # that process's last output
     interrupted: str | None = None  # the signal that stopped the point while it was measured
-    peak_tflops: float | None = None  # what a large matmul sustains here (median over processes)
+    peak: Peak | None = None  # what MFU divides by: this machine's, device's and precision's (`measure.peaks`)
     machine: dict[str, float] = field(default_factory=dict)  # the machine's numbers, median over processes
     noisy: bool = False  # other processes used more than NOISY_CORES while some op was sampled
     unstable: tuple[str, ...] = ()  # the ops a re-run could read far from
@@ -133,9 +134,10 @@ class Reading:
 
 
 def read(point: Point, results: list[PointResult], machine: MachineCheck | None = None,
-         replaced: tuple[Replaced, ...] = ()) -> Reading:
+         replaced: tuple[Replaced, ...] = (), peaks: Path | None = None, name: str = "") -> Reading:
     """The point from each process's result (or why a process has none). `machine`: the sweep's machine check, for
-    the hint of an unstable point; `replaced`: the processes the results no longer hold, kept with their reason.
+    the hint of an unstable point; `replaced`: the processes the results no longer hold, kept with their reason;
+    `peaks`: the sweep's calibrated peaks (MFU's denominator; `name`: the point's, where its rate raises the peak).
     An op whose processes disagree by `stats.UNMEASURED_SPREAD` or more gets no number: it is unmeasured here."""
     ok = [r for r in results if r.failure is None]
     failed = [r for r in results if r.failure is not None]
@@ -146,12 +148,17 @@ def read(point: Point, results: list[PointResult], machine: MachineCheck | None 
     if not ok:
         return reading
     env = ok[0].environment
-    peak = statistics.median(r.peak_tflops for r in ok) if ok[0].peak_tflops else None
-    ops, skipped = measured(point, ok, peak, vendor_tflops(env.get("device_name", ""), env.get("precision_policy", "")))
+    peak = machine_peak(peaks, env, ok)
+    ops, skipped = measured(point, ok, vendor_tflops(env.get("device_name", ""), env.get("precision_policy", "")))
+    best = max((o for o in ops.values() if o.achieved_tflops), key=lambda o: o.achieved_tflops, default=None)
+    if best is not None and peak is not None and best.achieved_tflops > peak.tflops:
+        peak = raised(peaks, env, best.achieved_tflops, name or f"bs{point.batch_size}")
+    ops = {op: replace(o, mfu=o.achieved_tflops / peak.tflops if o.achieved_tflops and peak else None)
+           for op, o in ops.items()}
     far = {op: Unmeasured(why, o) for op, o in ops.items()
            if (why := unmeasured([statistics.median(m.samples_s) for m in o.measurements]))}
     keys = sorted(set().union(*(r.machine for r in ok)))
-    reading = replace(reading, device=ok[0].device, environment=env, skipped=skipped, peak_tflops=peak,
+    reading = replace(reading, device=ok[0].device, environment=env, skipped=skipped, peak=peak,
                       ops={op: o for op, o in ops.items() if op not in far}, unmeasured=far,
                       oversubscribed=oversubscribed(point, ok),
                       machine={k: statistics.median(r.machine[k] for r in ok if k in r.machine) for k in keys})
@@ -161,9 +168,19 @@ def read(point: Point, results: list[PointResult], machine: MachineCheck | None 
     return replace(reading, noisy=noisy, unstable=shaky, hint=said)
 
 
-def measured(point: Point, ok: list[PointResult], peak: float | None,
+def machine_peak(peaks: Path | None, env: dict[str, str], ok: list[PointResult]) -> Peak | None:
+    """The peak MFU divides by: the sweep's for this machine, device and precision; without a sweep's peaks (a
+    single worker's result), the worker's own calibration."""
+    if (found := peak(peaks, env)) is not None:
+        return found
+    own = [r.peak_tflops for r in ok if r.peak_tflops]
+    return Peak(statistics.median(own), "calibrated by this point's own framework") if own else None
+
+
+def measured(point: Point, ok: list[PointResult],
              vendor: float | None) -> tuple[dict[str, OpReading], dict[str, str]]:
-    """The ops the processes measured, merged, with their FLOP rates; and the skipped ones with their reason."""
+    """The ops the processes measured, merged, with their FLOP rates (MFU is the caller's: the peak may move); and
+    the skipped ones with their reason."""
     ops, skipped = {}, {}
     for op in point.ops:
         rs = [r.ops[op] for r in ok if op in r.ops]  # paired: a cell's later trials may not hold every op
@@ -174,8 +191,7 @@ def measured(point: Point, ok: list[PointResult], peak: float | None,
             continue
         merged = merge(rs, point.batch_size)
         achieved = achieved_tflops(merged.flops, merged.stats.median_s) if merged.flops is not None else None
-        ops[op] = OpReading(merged, tuple(r.measurement for r in rs), achieved,
-                            achieved / peak if achieved is not None and peak else None,
+        ops[op] = OpReading(merged, tuple(r.measurement for r in rs), achieved, None,
                             achieved / vendor if achieved is not None and vendor else None)
     return ops, skipped
 

@@ -106,7 +106,7 @@ def main(request_path: str, results_path: str) -> int:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env, machine = environment(backend, req.setup), machine_record()
-    peak = peaks.cached(Path(req.peaks), fingerprint(env), lambda: peaks.calibrate(backend.matmul)) \
+    peak = peaks.calibrated(Path(req.peaks), env, req.framework, lambda: peaks.calibrate(backend.matmul)) \
         if req.peaks and not req.profile_dir else None
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only

@@ -164,6 +164,15 @@ def environment(runs: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def peak(runs: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """The sweep's MFU peak (its points' highest: a later point may have raised it) and where it came from, as the
+    parent's metric and tag."""
+    if "metrics.peak_tflops" not in runs or runs["metrics.peak_tflops"].isna().all():
+        return {}, {}
+    top = runs.loc[runs["metrics.peak_tflops"].idxmax()]
+    return {"peak_tflops": float(top["metrics.peak_tflops"])}, {"peak_source": str(top.get("tags.peak_source", ""))}
+
+
 def environment_line(env: dict[str, str]) -> str:
     """device (CPU) · jax 0.10.2, torch 2.13.0+cpu, ... · nnbench <commit>."""
     where = env.get("device_name", "?")
@@ -219,6 +228,10 @@ def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifa
                    "used the CPU while it was measured; UNSTABLE: a re-run may read far from this run; OVERSUBSCRIBED: "
                    "its threads outnumbered the cores free, see the tag oversubscribed_<op>).")
     out += [f"Unmeasured on this machine: {line}." for line in unmeasured(runs)]
+    top, source = peak(runs)
+    if top:
+        out.append(f"MFU: each point's FLOP/s over {top['peak_tflops']:.3g} TFLOP/s, one peak for every framework "
+                   f"({source['peak_source']}).")
     out += [f"Points: {counts}. A median's interval is where a re-run of the point is expected to read (95%).", "",
             f"Environment: {environment_line(environment(runs))}", "",
             "Artifacts: " + ", ".join(f"`{a}`" for a in artifacts)]

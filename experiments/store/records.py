@@ -121,7 +121,7 @@ def judged(r: Reading) -> dict[str, str]:
         tags |= {f"oversubscribed_{op}": why[:REASON_CHARS] for op, why in r.oversubscribed.items()}
     if r.replaced:
         tags["remeasured"] = "; ".join(f"process {x.process}: {x.reason}" for x in r.replaced)[:REASON_CHARS]
-    tags |= paired_tags(r)
+    tags |= paired_tags(r) | ({"peak_source": r.peak.source[:REASON_CHARS]} if r.peak else {})
     if r.interrupted:
         tags["failure_reason"] = r.interrupted
     elif r.failure is not None:
@@ -155,7 +155,7 @@ def op_metrics(r: Reading) -> dict[str, float]:
     """`<op>_<name>` for every number of every measured op (an unmeasured one's without its time), its paired
     speedup, and the calibrated peak."""
     out = {f"{op}_{k}": v for op, o in [*r.ops.items(), *r.unmeasured.items()] for k, v in o.metrics().items()}
-    return out | paired_metrics(r) | ({"peak_tflops": r.peak_tflops} if r.peak_tflops else {})
+    return out | paired_metrics(r) | ({"peak_tflops": r.peak.tflops} if r.peak else {})
 
 
 def samples(r: Reading) -> dict[str, dict]:

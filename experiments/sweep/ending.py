@@ -101,7 +101,8 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
             written = pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
-            metrics |= answer.metrics(t, baseline, evidence)
+            metrics |= answer.metrics(t, baseline, evidence) | answer.peak(runs)[0]
+            tags |= answer.peak(runs)[1]
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
             headline = answer.headline(t, baseline, evidence)
             if show:

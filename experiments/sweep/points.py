@@ -30,7 +30,7 @@ from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
 from experiments.measure.verdict import PairedComparison
 from experiments.store import records
-from experiments.store.sweepdir import MARKER, Sweep, SweepState
+from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
 from experiments.sweep import interrupts, requeue
 
 log = logging.getLogger("nnbench")
@@ -198,7 +198,8 @@ class Points:
              replaced: tuple[Replaced, ...] = ()) -> Kept:
         """The point's reading and record, saved in its dir."""
         try:
-            reading = read(point, results, self.machine, replaced)
+            peaks = self.sweep.directory / PEAKS if self.sweep else None
+            reading = read(point, results, self.machine, replaced, peaks, records.run_name(self.job, point))
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(point.batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             reading = read(point, [failed])

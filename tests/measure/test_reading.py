@@ -27,8 +27,9 @@ def test_processes_merge_into_one_op_with_its_rates_and_flags():
     assert r.outcome == "ok" and r.processes == 3 and len(o.measurements) == 3 and r.device == "cpu"
     assert o.stats.median_s == pytest.approx(0.003) and o.stats.n_samples == 120
     assert o.result.peak_mem_bytes == 4_000_000 and o.result.background_cores == 0.5  # their largest
-    assert o.achieved_tflops == pytest.approx(2e9 / 0.003 / 1e12) and o.mfu == pytest.approx(o.achieved_tflops / 2)
-    assert o.mfu_vendor == pytest.approx(o.achieved_tflops / 989)  # the H200's data-sheet bf16 peak
+    assert o.achieved_tflops == pytest.approx(2e9 / 0.003 / 1e12)
+    assert o.mfu == o.mfu_vendor == pytest.approx(o.achieved_tflops / 989)  # a known GPU: its data sheet's bf16 peak
+    assert r.peak.tflops == 989 and r.peak.source.startswith("data sheet: NVIDIA H200")
     assert r.skipped == {"training": "constant weights"} and r.machine == {"load_avg_1m": 3.0}
     assert r.noisy and r.background_cores == 0.5 > NOISY_CORES and o.metrics()["mfu"] == o.mfu
 
@@ -59,3 +60,19 @@ def test_one_process_keeps_its_statistics_and_a_runner_gets_them_from_its_sample
 
 def test_the_derived_metrics_are_named_once():
     assert tuple(f.name for f in fields(OpReading) if f.name in DERIVED) == DERIVED
+
+
+def test_mfu_divides_every_framework_by_one_peak_and_never_reads_above_one(tmp_path):
+    """One machine, device and precision: the peak is the best framework's calibration, for jax and torch alike; a
+    rate above it raises it (for the sweep's later points too), and the point says so."""
+    cpu = {"host": "h", "device_name": "cpu", "precision_policy": "fp32/tf32-off"}
+    peaks = tmp_path / "peaks.json"
+    peaks.write_text('{"h|cpu|fp32/tf32-off|jax": 0.123, "h|cpu|fp32/tf32-off|torch": 0.066}')
+    slow = read(POINT, [process(0.04, env=cpu)], peaks=peaks, name="slow")  # 0.05 TFLOP/s
+    assert slow.peak.tflops == 0.123 and "through jax" in slow.peak.source and "torch 0.066" in slow.peak.source
+    assert slow.ops["inference"].mfu == pytest.approx(0.05 / 0.123)
+    fast = read(POINT, [process(0.01, env=cpu)], peaks=peaks, name="lenet · torch-eager · fp32 · bs32")  # 0.2
+    assert fast.peak.tflops == pytest.approx(0.2) and fast.ops["inference"].mfu == pytest.approx(1.0)
+    assert fast.peak.source.startswith("raised to lenet · torch-eager · fp32 · bs32's 0.2 TFLOP/s")
+    later = read(POINT, [process(0.04, env=cpu)], peaks=peaks)
+    assert later.peak == fast.peak and later.ops["inference"].mfu == pytest.approx(0.25)
