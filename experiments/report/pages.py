@@ -16,15 +16,18 @@ from experiments.report.tables import breakdown, breakdown_markdown, differences
 
 
 def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[Path], note: str = "",
-          sections: list[tuple[str, str]] = ()) -> None:
+          sections: list[tuple[str, str]] = (), lead: str = "") -> None:
     """report.md (PNGs beside it) and a self-contained report.html (PNGs embedded; every text escaped, so a title
-    or a value holding `<` cannot break the page); `sections`: (heading, Markdown) after the table."""
+    or a value holding `<` cannot break the page); `lead`: a line above the table (a sweep's answer); `sections`:
+    (heading, Markdown) after the table."""
     md = "".join(f"\n## {head}\n\n{text}\n" for head, text in sections)
-    (out / "report.md").write_text(f"# {title}\n\n{table_md}\n{note}\n{md}\n"
+    top = f"**{lead}**\n\n" if lead else ""
+    (out / "report.md").write_text(f"# {title}\n\n{top}{table_md}\n{note}\n{md}\n"
                                    + "".join(f"![{p.stem}]({p.name})\n\n" for p in pngs))
     imgs = "".join(f'<h3>{html.escape(p.stem)}</h3><img src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}">' for p in pngs)
     html_table = table.to_html(index=False, float_format=lambda v: f"{v:.6g}", escape=True)
+    html_table = (f"<p><b>{html.escape(lead)}</b></p>" if lead else "") + html_table
     extra = "".join(f"<h2>{html.escape(head)}</h2><pre>{html.escape(text)}</pre>" for head, text in sections)
     t = html.escape(title)
     (out / "report.html").write_text(f"<html><head><meta charset='utf-8'><title>{t}</title></head><body>"
@@ -32,8 +35,10 @@ def pages(out: Path, title: str, table: pd.DataFrame, table_md: str, pngs: list[
                                      "</body></html>")
 
 
-def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report") -> dict:
-    """report.md, report.html, summary.csv and the PNGs; returns {name: path}."""
+def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: str = "nnbench report",
+          headline: str = "") -> dict:
+    """report.md, report.html, summary.csv and the PNGs, the `headline` (a sweep's answer) above the table; returns
+    {name: path}."""
     out.mkdir(parents=True, exist_ok=True)
     s = summary(t, baseline)
     s.to_csv(out / "summary.csv", index=False)
@@ -53,7 +58,7 @@ def write(t: pd.DataFrame, out: Path, baseline: str = DEFAULT_BASELINE, title: s
                  for (m, op, bs), _ in b.groupby(["model", "op", "batch_size"])]
         sections = [("Where one step's time goes (profile=true)", breakdown_markdown(b)),
                     ("What differs most, per pair of variants", "\n".join(f"- {d}" for d in differences(b)))]
-    pages(out, title, s, markdown(s), pngs, note, sections)
+    pages(out, title, s, markdown(s), pngs, note, sections, headline)
     (out / "summary.json").write_text(json.dumps({"baseline": baseline, "runs": int(t["run_id"].nunique())}))
     return {p.name: p for p in out.iterdir()}
 

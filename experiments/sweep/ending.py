@@ -100,11 +100,11 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     headline = None
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
-            written = pages.write(t, Path(tmp), baseline, title=f"nnbench sweep {state.parent_run_id}")
+            headline = answer.headline(t, baseline, evidence)
+            written = pages.write(t, Path(tmp), baseline, f"nnbench sweep {state.parent_run_id}", headline)
             metrics |= answer.metrics(t, baseline, evidence) | answer.peak(runs)[0]
             tags |= answer.peak(runs)[1]
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
-            headline = answer.headline(t, baseline, evidence)
             if show:
                 print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
         tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
