@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiments.cli.selection import add_design, add_uri
 from experiments.common.errors import LOST, OK
+from experiments.measure.verdict import PAIRED_THRESHOLD
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="the sweep's dir (default: a new temporary directory)")
     p.add_argument("--json", action="store_true", help="print the verdicts as one JSON object; the sweep's own "
                                                        "lines go to stderr")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write a short Markdown report of the cells "
+                   "that changed (for a CI job summary or a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 
@@ -46,6 +49,10 @@ def run(a: argparse.Namespace) -> int:
     rows = paired.verdicts(out)
     print(paired.as_json(rows, command="ab", axis=key, sweep_dir=str(out), exit=code) if a.json else
           "\n" + paired.table(rows))
+    if a.markdown:
+        threshold = a.threshold if a.threshold is not None else PAIRED_THRESHOLD
+        with open(a.markdown, "a") as f:  # a CI job summary collects several reports
+            f.write(paired.markdown(rows, f"nnbench ab {a.axis} {' '.join(a.overrides)}", threshold))
     if code != OK:
         return code
     if a.fail_on_regression and (slow := paired.slower(rows)):

@@ -36,7 +36,7 @@ from pathlib import Path
 from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
 from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import LOST, OK, BadInput
-from experiments.measure.verdict import ALPHA, THRESHOLD
+from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
 from experiments.store.uris import store_uri, validate
 
 
@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(fast, finds only large changes here; the way for framework=external) instead of comparing "
                    "adjacent versions paired")
     add_design(p)
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="paired: also write a short Markdown report of the "
+                   "cells that changed (a CI job summary, a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -171,6 +173,9 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
     rows = paired.verdicts(out)
     text = paired.table(rows)
     print(f"\n{text}", flush=True)
+    if a.markdown:
+        with open(a.markdown, "a") as f:  # a CI job summary collects several reports
+            f.write(paired.markdown(rows, title, a.threshold if a.threshold is not None else PAIRED_THRESHOLD))
     if hasattr(a, "answer"):
         a.answer.update(json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
                                                   sweep_dir=str(out), exit=code)), parent_run_id=parent)

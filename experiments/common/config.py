@@ -118,6 +118,9 @@ class Op(StrEnum):
 OPS = tuple(op.value for op in Op)
 PRECISIONS = tuple(p.value for p in Precision)
 DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
+# A paired speedup within 1 ± this is "no change" (report.threshold): chosen with `python -m experiments.selfcheck.paired`
+# (docs/evidence.md); and each verdict's significance level (report.alpha).
+PAIRED_THRESHOLD, ALPHA = 0.03, 0.05
 # The config keys a comparison spans: a cell's variants differ in these and in nothing else (sweep.cells).
 VARIANT_KEYS = ("framework", "precision", "device", "runtime", "external")
 
@@ -179,8 +182,8 @@ class ExternalConf:
 @dataclass
 class ReportConf:
     baseline: str = DEFAULT_BASELINE  # the variant ("<mode> <precision>") speedups are measured against
-    threshold: float = 0.03  # a paired speedup within 1 ± this is "no change"; beyond it, faster or slower
-    alpha: float = 0.05  # each verdict's significance level (Benjamini-Hochberg across a sweep's cells)
+    threshold: float = PAIRED_THRESHOLD  # a paired speedup within 1 ± this is "no change"; beyond, faster or slower
+    alpha: float = ALPHA  # each verdict's significance level (Benjamini-Hochberg across a sweep's cells)
     fail_on_regression: bool = False  # exit 1, naming them, where a variant is slower than the baseline
     along: Optional[str] = None  # a swept key (runtime.python): each variant against the one before it along it
 

@@ -74,6 +74,7 @@ class CellVerdict(Json):
     trials: int
     run_id: str | None  # B's point run
     differs: str  # what differs between A and B besides the axis
+    repro: str  # the command that measures just this cell again
 
     @property
     def ratio(self) -> float | None:
@@ -146,8 +147,42 @@ def verdicts(directory: Path) -> list[CellVerdict]:
             out.append(CellVerdict(rec.params["model"], op, int(rec.params["batch_size"]), t["variant"],
                                    t["compared_with"], m.get(f"{op}_speedup"), m.get(f"{op}_speedup_ci95_low"),
                                    m.get(f"{op}_speedup_ci95_high"), Verdict(t[f"{op}_verdict"]),
-                                   int(m.get(f"{op}_speedup_trials", 0)), run_id, t.get("differs", "")))
+                                   int(m.get(f"{op}_speedup_trials", 0)), run_id, t.get("differs", ""),
+                                   t.get(f"{op}_repro", "")))
     return sorted(out, key=lambda r: (r.model, r.variant, r.batch_size, r.op))
+
+
+def detectable(r: CellVerdict, threshold: float) -> float | None:
+    """The smallest slowdown this cell's measurement could have called slower: beyond the threshold, and with an
+    interval as wide as this one's (its half-width, ×) clear of 1. None without an interval."""
+    if not (r.low and r.high):
+        return None
+    return max(1 + threshold, (r.high / r.low) ** 0.5) - 1
+
+
+def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
+    """A short Markdown report for a CI job summary or a PR comment: only the cells judged slower or faster, each
+    with its ratio, interval, the smallest change it could have seen and the command that measures it again; one
+    line for the rest."""
+    changed = [r for r in rows if r.verdict.changed]
+    out = [f"### {title}", ""]
+    if changed:
+        out += ["| cell | B / A | B/A | 95% interval | verdict | smallest change seen |", "|---|---|---|---|---|---|"]
+        for r in changed:
+            seen = detectable(r, threshold)
+            out.append(f"| {r.model} {r.op} bs{r.batch_size} | {r.variant} / {r.baseline} | {r.ratio:.3f} | "
+                       "[{:.3f}, {:.3f}] | ".format(*r.interval()) + f"**{r.verdict}** | "
+                       + (f"{seen:.1%}" if seen is not None else "") + " |")
+        out += ["", "Measure a cell again:", ""] + [f"- {r.model} {r.op} bs{r.batch_size}: `{r.repro}`"
+                                                    for r in changed if r.repro]
+    rest = {}
+    for r in rows:
+        if not r.verdict.changed:
+            rest[str(r.verdict)] = rest.get(str(r.verdict), 0) + 1
+    said = ", ".join(f"{n} {v}" for v, n in rest.items())
+    out += ["", f"{len(changed) or 'No'} of {len(rows)} cells changed beyond ±{threshold:.0%}"
+            + (f"; the rest: {said}" if said else "") + " (paired: each B against its A on one machine)."]
+    return "\n".join(out) + "\n"
 
 
 def slower(rows: list[CellVerdict]) -> list[str]:

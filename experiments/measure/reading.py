@@ -73,6 +73,7 @@ class Paired:
     baseline: str  # the variant compared against (its label); this point's own, where it is the baseline
     ops: dict[str, PairedComparison] = field(default_factory=dict)  # op -> this variant's time over the baseline's
     differs: tuple[str, ...] = ()  # what differs from the baseline besides the variant itself (threads, host, ...)
+    repro: dict[str, str] = field(default_factory=dict)  # op -> the command that measures just that cell again
 
     @property
     def is_baseline(self) -> bool:

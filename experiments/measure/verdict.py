@@ -29,12 +29,10 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.common.config import StrEnum
+from experiments.common.config import ALPHA, PAIRED_THRESHOLD, StrEnum  # noqa: F401  (they are the verdicts')
 from experiments.common.protocol import Json
 
-ALPHA, THRESHOLD = 0.05, 0.05
-# Paired verdicts' threshold: chosen with `python -m experiments.selfcheck.paired` (docs/comparing.md).
-PAIRED_THRESHOLD = 0.03
+THRESHOLD = 0.05  # the unpaired verdict's
 
 
 class Verdict(StrEnum):

@@ -138,6 +138,7 @@ def paired_tags(r: Reading) -> dict[str, str]:
     if r.paired.is_baseline:
         return tags | {"paired_baseline": "true"}
     tags |= {f"{op}_verdict": str(c.verdict) for op, c in r.paired.ops.items()}
+    tags |= {f"{op}_repro": line[:REASON_CHARS] for op, line in r.paired.repro.items()}
     return tags | {"differs": "; ".join(r.paired.differs) or "nothing else"}
 
 

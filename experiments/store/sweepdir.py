@@ -41,6 +41,7 @@ class SweepState(Json):
     # The jobs measured together, paired, by job number (sweep.cells): the first of each group measures them all.
     # With every job's config as logged and its environment's fingerprint, so that it can in any process.
     groups: list[list[int]] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # the command line's, as Hydra parsed them (a cell's repro)
     configs: list[dict] = field(default_factory=list)
     fingerprints: list[str | None] = field(default_factory=list)
 

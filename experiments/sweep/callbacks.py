@@ -39,7 +39,8 @@ class SweepCallback(Callback):
                 validated = commandline.Validated(jobs, uri)
             state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name,
                                f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
-                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)
+                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id,
+                               list(config.hydra.overrides.task))
         except (BadInput, SweepTaken) as e:
             fail(str(e))
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it

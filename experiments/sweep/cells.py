@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,8 +121,8 @@ class Group:
     baseline, or along `report.along` the side before it), and what each job's points got."""
 
     def __init__(self, jobs: list[Job], kept: list[points.Points], directory: Path, caches: list[Path | None],
-                 peaks: Path | None):
-        self.jobs, self.kept, self.directory = jobs, kept, directory
+                 peaks: Path | None, overrides: list[str] = ()):
+        self.jobs, self.kept, self.directory, self.overrides = jobs, kept, directory, list(overrides)
         self.live = [i for i, j in enumerate(jobs) if points.lacks(j) is None]  # the jobs with a worker
         live = [jobs[i] for i in self.live]
         self.names = labels(live)
@@ -172,8 +173,10 @@ class Group:
         b = self.bases[s]
         if s == b:
             return Paired(self.names[s], self.names[b])
+        job = self.jobs[self.live[s]]
         return Paired(self.names[s], self.names[b], {op: c for op, c in ops.items() if c.pairs},
-                      differences(readies[s], self.jobs[self.live[s]], readies[b], self.jobs[self.live[b]]))
+                      differences(readies[s], job, readies[b], self.jobs[self.live[b]]),
+                      {op: repro(self.overrides, pairs.Cell(job.points[0].batch_size, op)) for op in ops})
 
     def evidence(self, s: int, c: pairs.Compared, judged: PairedComparison) -> Evidence:
         b = self.bases[s]
@@ -181,6 +184,19 @@ class Group:
         return Evidence(str(self.directory.parent), records.model_name(self.jobs[0]), c.cell.op, c.cell.batch_size,
                         self.names[s], self.names[b], [t.index for t in trials], [t.log_ratio(s, b) for t in trials],
                         str(judged.verdict))
+
+
+# Overrides a cell's repro leaves out: it sets the point itself, and a fixed sweep dir or parent would clash.
+NOT_IN_REPRO = ("batch_size", "ops", "resume", "mlflow.parent_run_id", "hydra.")
+
+
+def repro(overrides: list[str], cell: pairs.Cell) -> str:
+    """The command that measures just this cell again, paired as this sweep did (its overrides, the one batch size
+    and op), quoted for any shell: `python -m experiments.run -m framework=jax,torch model=lenet batch_size=32
+    'ops=[inference]'`."""
+    kept = [o for o in overrides if not o.lstrip("+~").split("=", 1)[0].startswith(NOT_IN_REPRO)]
+    return shlex.join(["python", "-m", "experiments.run", "-m", *kept, f"batch_size={cell.batch_size}",
+                       f"ops=[{cell.op}]"])
 
 
 def bases(jobs: list[Job], report) -> list[int]:
@@ -266,7 +282,7 @@ def measure(members: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, in
     caches = [state.compile_cache(sweep.directory, job) for job in jobs]
     try:
         if any(job.points for job in jobs):
-            run_group(jobs, kept, members[0][1].parent, caches, sweep.directory / PEAKS)
+            run_group(jobs, kept, members[0][1].parent, caches, sweep.directory / PEAKS, state.overrides)
         for k, cache in zip(kept, caches):
             k.spent = points.spent_in(k.results)
             if k.waiting:
@@ -288,11 +304,11 @@ def profile(kept: points.Points, cache: Path | None) -> None:
 
 
 def run_group(jobs: list[Job], kept: list[points.Points], out: Path, caches: list[Path | None],
-              peaks: Path | None) -> Group:
+              peaks: Path | None, overrides: list[str] = ()) -> Group:
     """Measure the group's jobs paired and pass each job's points on to its collector (`kept`): read, judged
     against the baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point
     saved as interrupted, then Interrupted is raised."""
-    group = Group(jobs, kept, out / TRIALS, caches, peaks)
+    group = Group(jobs, kept, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
         points.skip_all(kept[i], points.lacks(jobs[i]))
     if not group.cells:

@@ -108,7 +108,8 @@ def prepare(cfg: DictConfig, multirun: bool, sweep: Sweep, out: Path) -> tuple[J
     validated = commandline.VALIDATED
     this = validated.jobs[0] if validated and validated.jobs else preflight.jobs([c])[0]
     uri = validated.uri if validated else uris.validate(c.mlflow.tracking_uri, c.mlflow.experiment_name)
-    state = opening.open_sweep(out, [this], uri, c.mlflow.experiment_name)
+    state = opening.open_sweep(out, [this], uri, c.mlflow.experiment_name,
+                               overrides=list(HydraConfig.get().overrides.task))
     return state.todo(this, 0), state
 
 

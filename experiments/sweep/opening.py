@@ -31,11 +31,12 @@ def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
 
 
 def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
-               params: dict[str, str] | None = None, nest_under: str | None = None) -> SweepState:
+               params: dict[str, str] | None = None, nest_under: str | None = None,
+               overrides: list[str] | None = None) -> SweepState:
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
 
     `parent`: the parent run's name (with its `params`; nested under the run `nest_under` where given), or None
-    for a single run. Raises StoreUnavailable or
+    for a single run; `overrides`: the command line's (each paired verdict's repro starts from them). Raises StoreUnavailable or
     SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
@@ -60,7 +61,7 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
                            machine=machine, groups=cells.plan(jobs) if jobs else [],
                            configs=[logged(j.config) for j in jobs or []],
-                           fingerprints=[j.fingerprint for j in jobs or []])
+                           fingerprints=[j.fingerprint for j in jobs or []], overrides=list(overrides or []))
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:
