@@ -196,10 +196,21 @@ def table(rows: list[CellVerdict]) -> str:
     """The verdicts as a Markdown table: B/A (above 1: B slower), its interval, the verdict, the trials."""
     from tabulate import tabulate  # only once measured
 
-    body = [[r.model, r.op, r.batch_size, f"{r.variant} / {r.baseline}", f"{r.ratio:.3f}" if r.ratio else "",
+    body = [[r.model, r.op, r.batch_size, *apart(r.variant, r.baseline), f"{r.ratio:.3f}" if r.ratio else "",
              "[{:.3f}, {:.3f}]".format(*r.interval()) if r.low else "", str(r.verdict), r.trials] for r in rows]
     return "paired: each B over its A (above 1: B is slower)\n" + tabulate(
-        body, ["model", "op", "batch", "B / A", "B/A", "95% interval", "verdict", "pairs"], tablefmt="github")
+        body, ["model", "op", "batch", "variant", "B / A", "B/A", "95% interval", "verdict", "pairs"],
+        tablefmt="github")
+
+
+def apart(b: str, a: str) -> tuple[str, str]:
+    """What two labels share (`torch-eager fp32`), and how B and A differ (`runtime.python=jax==0.10.2 / jax==0.10.1`,
+    `jax-jit fp32 / torch-eager fp32`)."""
+    wb, wa = b.split(" "), a.split(" ")
+    n = next((i for i, (x, y) in enumerate(zip(wb, wa)) if x != y), min(len(wb), len(wa)))
+    key = wb[n].split("=", 1)[0] + "=" if n < len(wb) and n < len(wa) and "=" in wb[n] else ""
+    rest_a = " ".join(wa[n:])
+    return " ".join(wb[:n]), f"{' '.join(wb[n:])} / {rest_a.removeprefix(key)}"
 
 
 def as_json(rows: list[CellVerdict], **about) -> str:
