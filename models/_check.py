@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from models import Network, _short
+from models._declarations import Network
+from models._registry import _short
 from models._weights import mismatch, unmapped, unread_rows
 
 

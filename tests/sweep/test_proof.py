@@ -67,12 +67,12 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
 
 def test_editing_the_file_changes_the_resume_key(make_cfg, nets, tmp_path, monkeypatch):
     (tmp_path / "net.py").write_text(textwrap.dedent(MLP))
-    monkeypatch.setattr(models, "_LOADED", {})  # each sweep is a fresh process: it loads the file it finds
+    monkeypatch.setattr(models._load, "_LOADED", {})  # each sweep is a fresh process: it loads the file it finds
     before = records.point_key(job(make_cfg, tmp_path, "net.py"), Point(8, ("inference",)))
     (tmp_path / "net.py").write_text(textwrap.dedent(MLP).replace("torch.relu", "torch.tanh"))
-    models._LOADED.clear()
+    models._load._LOADED.clear()
     after = job(make_cfg, tmp_path, "net.py")
     assert records.point_key(after, Point(8, ("inference",))) != before
     (tmp_path / "net.py").write_text(textwrap.dedent(MLP))  # the same content again: the same key
-    models._LOADED.clear()
+    models._load._LOADED.clear()
     assert records.point_key(job(make_cfg, tmp_path, "net.py"), Point(8, ("inference",))) == before
