@@ -118,8 +118,8 @@ class Op(StrEnum):
 OPS = tuple(op.value for op in Op)
 PRECISIONS = tuple(p.value for p in Precision)
 DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") speedups are measured against
-# A paired speedup within 1 ± this is "no change" (report.threshold): chosen with `python -m experiments.selfcheck.paired`
-# (docs/evidence.md); and each verdict's significance level (report.alpha).
+# A paired speedup within 1 ± this is "no change" (report.threshold), chosen with `python -m
+# experiments.selfcheck.paired` (docs/evidence.md); and each verdict's significance level (report.alpha).
 PAIRED_THRESHOLD, ALPHA = 0.03, 0.05
 # The config keys a comparison spans: a cell's variants differ in these and in nothing else (sweep.cells).
 VARIANT_KEYS = ("framework", "precision", "device", "runtime", "external")

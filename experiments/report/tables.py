@@ -33,7 +33,8 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
             row |= {p: r.get(f"params.{p}") for p in PARAMS}
             row |= {m: r.get(f"metrics.{op}_{m}") for m in OP_METRICS} | {"peak_tflops": r.get("metrics.peak_tflops")}
             row |= {c[5:]: r[c] for c in runs.columns if c.startswith("tags.") and not c.startswith("tags.mlflow.")}
-            row |= {f"paired_{m}": r.get(f"metrics.{op}_{m}") for m in PAIRED} | {"verdict": r.get(f"tags.{op}_verdict")}
+            row |= {f"paired_{m}": r.get(f"metrics.{op}_{m}") for m in PAIRED}
+            row["verdict"] = r.get(f"tags.{op}_verdict")
             rows.append(row)
     t = pd.DataFrame(rows)
     if t.empty:

@@ -36,8 +36,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
 
     `parent`: the parent run's name (with its `params`; nested under the run `nest_under` where given), or None
-    for a single run; `overrides`: the command line's (each paired verdict's repro starts from them). Raises StoreUnavailable or
-    SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see store.repair.close_stale).
+    for a single run; `overrides`: the command line's (each paired verdict's repro starts from them). Raises
+    StoreUnavailable or SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
 
