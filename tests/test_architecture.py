@@ -38,10 +38,15 @@ def test_layers_and_no_cycles():
     ("measure/_probe.py", "from experiments.store import records", "experiments.measure._probe -> experiments.store"),
     ("report/_probe.py", "from experiments.store import records", "experiments.report._probe -> experiments.store"),
     ("store/_probe.py", "import mlflow", "only store.tracking imports mlflow BROKEN"),
+    ("harness/_probe.py", "from experiments.report import answer", "experiments.harness._probe -> experiments.report"),
+    ("sweep/_probe.py", "from experiments.compare import paired", "experiments.sweep._probe -> experiments.compare"),
+    ("measure/_probe.py", "import pandas", "experiments.measure._probe -> pandas"),
 ])
 def test_a_broken_contract_is_caught(tmp_path, module, line, broken):
     """The contracts can fail, on a copy of the tree (the source is never written): the measuring core importing the
-    store, one sibling importing another, and a second module importing mlflow are each reported broken."""
+    store or the parent's tables (where the verdicts live now, beside the worker), one sibling importing another,
+    the sweep importing the paired comparison above it, and a second module importing mlflow are each reported
+    broken."""
     for part in ("experiments", "models"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)

@@ -455,6 +455,9 @@ class Session:
     def __init__(self, sides: list[Side], cells: list[Cell], design: Design, directory: Path,
                  on_trial: Callable[[Compared, Trial], None] = lambda c, t: None,
                  checkpoint: Callable[[], None] = lambda: None):
+        if any(s.request.framework == "external" for s in sides):
+            raise ValueError("framework=external can't be paired: its runner times itself, so its bursts can't take "
+                             "turns with another worker's")
         self.sides, self.design, self.directory, self.on_trial = sides, design, directory, on_trial
         self.checkpoint = checkpoint
         self.compared = [Compared(c) for c in cells]
@@ -553,8 +556,10 @@ class Judged:
 def compare(a: Side, b: Side, design: Design, judge: Callable[[list[list[float]]], list], directory: Path,
             on_trial: Callable[[Compared, Trial], None] = lambda c, t: None) -> list[Judged]:
     """B against A on the cells of A's points, paired, each cell judged by `judge` (its verdicts must say whether
-    they are `conclusive`): more trials for a cell while it is not, up to `design.max_trials`."""
+    they are `conclusive`): more trials for a cell while it is not, up to `design.max_trials`; none for a cell a side
+    can't run."""
     session = Session([a, b], cells_of(a.request.points), design, directory, on_trial)
-    settled = lambda cs: [v.conclusive for v in judge([c.log_ratios(1, 0) for c in cs])]  # noqa: E731
+    settled = lambda cs: [v.conclusive or c.skipped(0) is not None or c.skipped(1) is not None  # noqa: E731
+                          for c, v in zip(cs, judge([c.log_ratios(1, 0) for c in cs]))]
     compared = session.run(settled)
     return [Judged(c, v) for c, v in zip(compared, judge([c.log_ratios(1, 0) for c in compared]))]

@@ -1,4 +1,5 @@
-"""A point's reading: its processes merged and judged on typed data (MFU, noisy, unstable), before any flattening."""
+"""A point's reading: its processes merged and judged on typed data (MFU, noisy, unstable), before any flattening;
+a paired point's trials, each one process, and how it was compared."""
 from dataclasses import fields, replace
 
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 from experiments.common.columns import DERIVED
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult
 from experiments.measure.machine import MachineCheck
-from experiments.measure.reading import NOISY_CORES, OpReading, merge, read
+from experiments.measure.reading import NOISY_CORES, OpReading, Paired, merge, read
+from experiments.measure.verdict import PairedComparison, Verdict
 from tests.helpers import ok_op
 
 POINT = Point(32, ("inference", "training"))
@@ -76,3 +78,21 @@ def test_mfu_divides_every_framework_by_one_peak_and_never_reads_above_one(tmp_p
     assert fast.peak.source.startswith("raised to lenet · torch-eager · fp32 · bs32's 0.2 TFLOP/s")
     later = read(POINT, [process(0.04, env=cpu)], peaks=peaks)
     assert later.peak == fast.peak and later.ops["inference"].mfu == pytest.approx(0.25)
+
+
+def test_a_paired_points_trials_may_hold_different_ops_and_its_comparison_rides_along():
+    """A paired point's later trials measure only the cells left unsettled: each op merges the trials that hold it,
+    and one trial's oversubscribed op counts among those. The comparison with the baseline rides along untouched."""
+    both = PointResult(32, "cpu", {}, {"inference": ok_op(0.002, 32), "training": ok_op(0.004, 32)})
+    crowded = replace(ok_op(0.003, 32), oversubscribed="2 intra-op threads on 2 cores")
+    later = [PointResult(32, "cpu", {}, {"inference": ok_op(m, 32)}) for m in (0.0021, 0.0019)]
+    r = read(POINT, [both, PointResult(32, "cpu", {}, {"training": crowded}), *later])
+    assert r.processes == 4 and r.outcome == "ok"
+    assert len(r.ops["inference"].measurements) == 3 and len(r.ops["training"].measurements) == 2
+    assert r.ops["inference"].stats.median_s == pytest.approx(0.002) and r.ops["training"].stats.n_samples == 12
+    assert r.oversubscribed == {"training": "in 1 of 4 processes, 2 intra-op threads on 2 cores"}
+    assert r.paired is None  # read on its own: compared by the group that measured it
+    c = PairedComparison(1.5, 1.45, 1.55, 0.001, 0.002, Verdict.SLOWER, 4)
+    paired = replace(r, paired=Paired("jax-jit fp32", "torch-eager fp32", {"inference": c}, ("threads 1 vs 2",)))
+    assert not paired.paired.is_baseline and paired.paired.ops["inference"].conclusive
+    assert Paired("torch-eager fp32", "torch-eager fp32").is_baseline

@@ -1,12 +1,18 @@
-"""The worker on real frameworks: what it imports, what it records, and the first call."""
+"""The worker on real frameworks: what it imports, what it records, and the first call; and a paired worker's side
+of the socket: ready, cells prepared in turn (the one before freed), bursts, an op it can't run, the end."""
 import dataclasses
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 
+import psutil
 import pytest
 
 from experiments.harness import manager
-from experiments.common.protocol import Point, PointResult, Request, Setup
+from experiments.common.protocol import Burst, Command, Point, PointResult, Prepared, Ready, Request, Setup
 from tests.helpers import FORMAT, ROOT, budget
 
 REQUEST = Request("jax", Setup("fp32", "auto", compile=True, memory_format="nhwc"), {"name": "lenet"}, 0,
@@ -40,3 +46,61 @@ def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, fr
     if framework == "jax":  # the first call holds the trace and compile: with jit it is far slower than a steady call
         stats = line.ops["training"].stats
         assert stats.first_call_s > 10 * stats.median_s
+
+
+BIG = 1 << 20  # rows of matmul_chain's input (n=16, fp32): 64 MiB, which the allocator maps and unmaps whole
+
+
+@pytest.fixture
+def listener():
+    """A socket a paired worker connects to (in a short private dir: a socket's path is under 108 bytes)."""
+    home = tempfile.mkdtemp(prefix="nnbench-worker-")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(os.path.join(home, "s"))
+    s.listen(1)
+    s.settimeout(120)
+    yield s
+    s.close()
+    shutil.rmtree(home)
+
+
+def test_a_paired_worker_prepares_cells_in_turn_and_frees_the_one_before(tmp_path, listener):
+    """torch matmul_chain: the worker says it is ready (its threads and cores), prepares a 64 MiB cell and bursts
+    it, then prepares a small one, by then holding the big one's memory no more; an op it can't run is prepared as
+    skipped with the reason; it ends when told, writing no results file."""
+    req = Request("torch", Setup("fp32", "cpu"), {"name": "matmul_chain", "n": 16, "m": 4, "depth": 1}, 0,
+                  budget("quick", warmup_s=0.01, warmup_calls=2), (Point(2, ("inference",)),),
+                  paired=listener.getsockname())
+    (tmp_path / "request.json").write_text(req.to_json())
+    worker = manager.Spawned(sys.executable, manager.environ(), tmp_path / "request.json", tmp_path / "results.jsonl",
+                             tmp_path / "worker.log")
+    try:
+        conn, _ = listener.accept()
+        answers = conn.makefile("rb")
+
+        def ask(command: Command) -> bytes:
+            conn.sendall(command.to_json().encode() + b"\n")
+            return answers.readline()
+
+        ready = Ready.from_json(answers.readline())
+        big = Prepared.from_json(ask(Command("prepare", batch_size=BIG, op="inference")))
+        held = psutil.Process(worker.pid).memory_info().rss
+        burst = Burst.from_json(ask(Command("burst", 0.02)))
+        small = Prepared.from_json(ask(Command("prepare", batch_size=2, op="inference")))
+        freed = held - psutil.Process(worker.pid).memory_info().rss
+        bursts = [Burst.from_json(ask(Command("burst", 0.02))) for _ in range(2)]
+        skipped = Prepared.from_json(ask(Command("prepare", batch_size=2, op="training")))
+        conn.sendall(Command("end").to_json().encode() + b"\n")
+        assert worker.wait(60) == 0, (tmp_path / "worker.log").read_text()[-2000:]
+    finally:
+        worker.kill()
+    assert ready.environment["torch_version"] and ready.threads == int(ready.environment["torch_num_threads"])
+    assert ready.cores == len(os.sched_getaffinity(0)) and ready.startup_s > 0
+    for p in (big, small):
+        assert p.status == "ok" and p.device == "cpu" and p.block >= 1 and p.first_call_s > 0 and p.compiles is None
+    assert big.flops == small.flops * BIG // 2 and big.peak_mem_bytes > BIG * 16 * 4
+    assert freed > 0.75 * BIG * 16 * 4, (held, freed)  # the big cell's input and model went with it
+    assert burst.samples_s and burst.meter["wall_s"] > 0 and burst.compiles is None
+    assert all(b.samples_s and max(b.samples_s) < min(burst.samples_s) for b in bursts)  # the small cell's calls
+    assert skipped.status == "skipped" and skipped.reason.startswith("matmul_chain has constant weights")
+    assert not (tmp_path / "results.jsonl").exists()

@@ -5,8 +5,11 @@ import math
 import pandas as pd
 import pytest
 
+from experiments.measure.verdict import Evidence
 from experiments.report import answer, pages, tables
-from tests.report.test_report import fake_runs
+from tests.report.test_report import BASE, PAIRED, fake_runs, paired_runs
+
+TRIAL_BIAS = [-0.02, -0.01, 0.0, 0.01, 0.02]  # each trial's processes move every cell's log ratio alike
 
 
 def crossing_runs() -> pd.DataFrame:
@@ -50,11 +53,13 @@ def test_the_description_leads_with_the_answer_and_holds_the_table():
     note = answer.note(tables.tidy(runs), runs, "torch-eager fp32", "6 finished, 0 skipped, 0 failed",
                        ["report.md", "time_lenet_inference.png"])
     first, blank, header, *rest = note.splitlines()
-    assert first == "jax-jit fp32: inference 1.10× faster (vs torch-eager fp32, geometric means)"  # plain: the
-    # runs table shows its first 50 characters raw
+    assert first == "jax-jit fp32 vs torch-eager fp32: inference 1.10× faster (unpaired)"  # plain: the runs table
+    # shows its first 50 characters raw
     assert header.startswith("| model ") and "95% re-run interval" in header  # the table right under the headline
     assert "| lenet   | inference |       8 | jax-jit fp32     | 4 ms     | 3.08 ms – 5.2 ms" in note
     assert "(1.00×)" not in note and "UNSTABLE" in note and "2 UNSTABLE" in note  # both bs8 points
+    assert not any("unpaired" in line for line in note.splitlines() if line.startswith("|"))  # no paired row
+    assert "Unpaired: where a speedup says so" not in note  # runs of old: no design tag
     assert "Environment: cpu (EPYC) · jax 1.0, torch 1.0 · nnbench abcdef0" in note
     assert "Artifacts: `report.md`, `time_lenet_inference.png`" in note
 
@@ -72,7 +77,7 @@ def test_a_speedup_between_frameworks_not_shown_to_compute_the_same_function_is_
     runs["tags.parity"] = ["ok" if r.startswith("torch") else "unchecked" for r in runs["run_id"]]
     t = tables.tidy(runs)
     note = answer.note(t, runs, "torch-eager fp32", "6 finished", [])
-    assert note.splitlines()[0] == "jax-jit fp32: inference 1.10× faster † (vs torch-eager fp32, geometric means)"
+    assert note.splitlines()[0] == "jax-jit fp32 vs torch-eager fp32: inference 1.10× faster (unpaired) †"
     assert answer.sentences(t, "torch-eager fp32")[0].endswith("(1 of 3 within the noise) †")
     assert "| 2.00× †" in note and tables.UNSHOWN_LEGEND in note
     runs["tags.parity"] = "ok"
@@ -92,3 +97,48 @@ def test_an_op_left_without_a_number_and_oversubscribed_threads_are_said():
     assert ("Unmeasured on this machine: lenet · jax-jit · fp32 · bs128 inference: its processes disagree 63× "
             "(0.95 ms to 60 ms).") in note
     assert "| lenet   | inference |     128 | jax-jit" not in note  # no number for it in the table
+
+
+def evidence(group: str = "lenet") -> list[Evidence]:
+    """jax-jit fp32's trials against the baseline, five per cell, each trial's bias the same on every cell."""
+    return [Evidence(group, "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
+                     [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+            for bs, (speedup, verdict) in PAIRED.items()]
+
+
+def test_a_paired_headline_gives_the_geometric_mean_its_interval_and_the_cells_verdicts():
+    """The geometric mean of the four speedups is 0.6915 (1.45× slower); the trials' shared bias gives its interval
+    (Student's t over five trial means: [1.42, 1.47] slower); three cells are slower, one no change. The unpaired
+    variant follows, from its medians."""
+    runs = paired_runs()
+    t = tables.tidy(runs)
+    line = answer.headline(t, BASE, evidence())
+    assert line == ("jax-jit fp32 vs torch-eager fp32: inference 1.45× slower [1.42, 1.47] (3 of 4 cells slower, "
+                    "1 of 4 cells no change); torch-compile fp32 vs torch-eager fp32: inference 1.25× faster "
+                    "(unpaired)")
+    (paired, unpaired) = answer.overall(t, BASE, evidence())
+    assert paired.paired and paired.verdicts == {"slower": 3, "no change": 1} and paired.shown
+    assert paired.low < paired.speedup < paired.high and not unpaired.paired and math.isnan(unpaired.low)
+
+
+def test_the_paired_answer_names_its_metrics_and_slower_cells_and_the_design():
+    runs = paired_runs()
+    t = tables.tidy(runs)
+    m = answer.metrics(t, BASE, evidence())
+    name = "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32"
+    assert {k: v for k, v in m.items() if k.startswith(name)} == {
+        name: 0.6915, f"{name}_ci95_low": 0.6781, f"{name}_ci95_high": 0.7052}
+    cells = {k: v for k, v in m.items() if "_bs" in k}
+    assert cells == {f"speedup_inference_bs{bs}_lenet_jax-jit_fp32_vs_torch-eager_fp32": pytest.approx(speedup)
+                     for bs, (speedup, _) in PAIRED.items()}
+    assert m["speedup_inference_torch-compile_fp32_vs_torch-eager_fp32"] == 1.25
+    assert "speedup_inference_torch-compile_fp32_vs_torch-eager_fp32_ci95_low" not in m  # unpaired: no interval
+    assert answer.slower(t, BASE) == ["lenet inference bs2 jax-jit fp32 1.52× slower [1.47, 1.56]",
+                                      "lenet inference bs8 jax-jit fp32 1.43× slower [1.39, 1.47]",
+                                      "lenet inference bs128 jax-jit fp32 2.00× slower [1.94, 2.06]"]
+    assert answer.sentences(t, BASE)[0] == ("lenet inference: jax-jit fp32 is 1.01× (bs32) to 2.00× (bs128) slower "
+                                            "than torch-eager fp32 (1 of 4 no change)")
+    note = answer.note(t, runs, BASE, "12 finished", [], evidence())
+    assert note.splitlines()[0] == answer.headline(t, BASE, evidence())
+    assert "Paired: each cell's variants took turns" in note and "- jax-jit fp32: layout nhwc vs contiguous" in note
+    assert "Unpaired: where a speedup says so" in note

@@ -1,10 +1,16 @@
-"""Report data on synthetic runs: one line per variant at the right batch sizes, speedups, tables."""
+"""Report data on synthetic runs: one line per variant at the right batch sizes, speedups (paired ones with their
+interval and verdict), tables."""
 import pandas as pd
 import pytest
 
 from experiments.common.protocol import STATS
 from experiments.report import pages, tables
 from experiments.store.select import filter_string
+
+BASE = "torch-eager fp32"
+# jax-jit fp32 measured paired against torch-eager fp32 at four batch sizes: its speedups (the baseline's time over
+# its own: below 1, slower), each with a ±3% interval, and their verdicts; torch-compile fp32 measured unpaired.
+PAIRED = {2: (0.66, "slower"), 8: (0.70, "slower"), 32: (0.99, "no change"), 128: (0.5, "slower")}
 
 
 def fake_runs():
@@ -25,6 +31,34 @@ def fake_runs():
                         f"metrics.{op}_throughput_samples_per_s": bs / med}
             rows.append(row)
     rows.append({"run_id": "parent", "tags.mlflow.runName": "sweep", "tags.nnbench.sweep": "true"})
+    return pd.DataFrame(rows)
+
+
+def run(mode: str, bs: int, ms: float, **extra) -> dict:
+    """A point run of lenet inference at `ms` per call, its interval ±2%."""
+    med = ms * 1e-3
+    return {"run_id": f"{mode}-{bs}", "tags.mlflow.runName": f"lenet · {mode} · fp32 · bs{bs}",
+            "params.framework": mode.split("-")[0], "params.mode": mode, "params.model": "lenet",
+            "params.precision": "fp32", "params.batch_size": str(bs), "params.device": "cpu",
+            "start_time": pd.Timestamp("2026-01-01"), "metrics.inference_median_s": med,
+            "metrics.inference_p25_s": med, "metrics.inference_p75_s": med, "metrics.inference_ci95_low_s": med / 1.02,
+            "metrics.inference_ci95_high_s": med * 1.02, "metrics.inference_n_samples": 100, **extra}
+
+
+def paired_runs() -> pd.DataFrame:
+    """torch-eager fp32 (the baseline) and jax-jit fp32 measured paired, as the store writes them (tags design,
+    variant, compared_with, inference_verdict, differs; metrics inference_speedup*): their medians alone would
+    say 0.8×; torch-compile fp32 measured unpaired, 1.25× faster by its medians."""
+    rows = []
+    for bs, (speedup, verdict) in PAIRED.items():
+        rows.append(run("torch-eager", bs, 1.0, **{"tags.design": "paired", "tags.variant": BASE,
+                                                   "tags.compared_with": BASE, "tags.paired_baseline": "true"}))
+        rows.append(run("jax-jit", bs, 1.25, **{
+            "tags.design": "paired", "tags.variant": "jax-jit fp32", "tags.compared_with": BASE,
+            "tags.inference_verdict": verdict, "tags.differs": "layout nhwc vs contiguous",
+            "metrics.inference_speedup": speedup, "metrics.inference_speedup_ci95_low": speedup * 0.97,
+            "metrics.inference_speedup_ci95_high": speedup * 1.03, "metrics.inference_speedup_trials": 5.0}))
+        rows.append(run("torch-compile", bs, 0.8, **{"tags.design": "unpaired"}))
     return pd.DataFrame(rows)
 
 
@@ -108,3 +142,42 @@ def test_breakdown_and_the_part_that_differs_most(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "## Where one step's time goes" in md and "optimizer update 1 vs 4 ms" in md
     assert "breakdown.csv" not in pages.write(tables.tidy(fake_runs()), tmp_path / "plain")
+
+
+def test_paired_rows_carry_their_interval_and_verdict_in_the_tables():
+    """speedups takes a paired point's own speedup, interval and verdict (not its medians' 0.8); the Markdown shows
+    the interval, parentheses where the verdict is neither slower nor faster, and `unpaired` on the rows of a table
+    that has both."""
+    t = tables.tidy(paired_runs())
+    s = tables.speedups(t, BASE).set_index(["variant", "batch_size"])
+    jax = s.loc["jax-jit fp32"]
+    assert list(jax["speedup"]) == [0.66, 0.70, 0.99, 0.5] and jax["paired"].all()
+    assert list(jax["speedup_low"]) == pytest.approx([x * 0.97 for x in (0.66, 0.70, 0.99, 0.5)])
+    assert list(jax["sure"]) == [True, True, False, True] and list(jax["verdict"]) == [v for _, v in PAIRED.values()]
+    assert s.loc["torch-compile fp32", "speedup"].tolist() == pytest.approx([1.25] * 4)
+    assert not s.loc["torch-compile fp32", "paired"].any() and s.loc[BASE, "paired"].all()
+    summary = tables.summary(t, BASE).set_index(["variant", "batch_size"])
+    assert summary.loc[("jax-jit fp32", 32), "speedup_vs_torch-eager_fp32"] == 0.99
+    assert summary.loc[("jax-jit fp32", 32), "speedup_high"] == pytest.approx(0.99 * 1.03)
+    assert bool(summary.loc[("jax-jit fp32", 32), "speedup_paired"]) and not summary.loc[("jax-jit fp32", 32),
+                                                                                          "speedup_sure"]
+    md = tables.markdown(tables.summary(t, BASE))
+    cells = {(line.split("|")[3].strip(), line.split("|")[4].strip()): line.split("|")[-3].strip()
+             for line in md.splitlines()[2:]}
+    assert cells[("2", "jax-jit fp32")] == "0.66× [0.64, 0.68]"
+    assert cells[("32", "jax-jit fp32")] == "(0.99×) [0.96, 1.02]"  # no change: in parentheses
+    assert cells[("2", "torch-compile fp32")] == "1.25× unpaired" and cells[("2", BASE)] == "1.00×"
+    alone = tables.summary(t[t["variant"] != "torch-compile fp32"], BASE)
+    assert "unpaired" not in tables.markdown(alone)  # every speedup paired: no marker
+
+
+def test_a_paired_report_keeps_each_speedups_interval(tmp_path):
+    """report.md shows a paired speedup's interval; summary.csv keeps its bounds and whether it was paired."""
+    t = tables.tidy(paired_runs())
+    assert t.loc[t["variant"] == "jax-jit fp32", "paired_speedup_trials"].tolist() == [5.0] * 4
+    pages.write(t, tmp_path, BASE)
+    assert "0.66× [0.64, 0.68]" in (tmp_path / "report.md").read_text()
+    csv = pd.read_csv(tmp_path / "summary.csv").set_index(["variant", "batch_size"])
+    assert csv.loc[("jax-jit fp32", 128), "speedup_low"] == pytest.approx(0.485)
+    assert csv.loc[("jax-jit fp32", 128), "speedup_paired"] and not csv.loc[("torch-compile fp32", 128),
+                                                                             "speedup_paired"]

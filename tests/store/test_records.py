@@ -1,4 +1,5 @@
-"""What one point turns into for MLflow: names, params, metrics, tags, status; no framework needed."""
+"""What one point turns into for MLflow: names, params, metrics, tags, status (a paired point's comparison with its
+baseline too); no framework needed."""
 import json
 from dataclasses import replace
 
@@ -6,10 +7,11 @@ import numpy as np
 import pytest
 
 import models
-from experiments.common.columns import PARAMS
+from experiments.common.columns import PAIRED, PARAMS
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
-from experiments.measure.reading import read
+from experiments.measure.reading import Paired, read
+from experiments.measure.verdict import PairedComparison, Verdict
 from experiments.store import records
 from tests.helpers import config, ok_op
 
@@ -175,3 +177,44 @@ def test_a_profile_adds_metrics_tags_and_files_and_changes_nothing(tmp_path):
     failed = records.add_profile(rec, reading, PointResult(32, failure="worker killed by SIGSEGV"), tmp_path,
                                  tmp_path)
     assert failed.metrics == rec.metrics and failed.tags["profile"] == "failed"
+
+
+def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
+    """torch-compile against torch-eager, paired: the tags say how it was compared (design, its label, its baseline,
+    each op's verdict, what else differs) and the metrics each op's speedup (the baseline's time over its own) with
+    its interval, p, q and trials; an op with one trial has no interval; the baseline's own points say so."""
+    reading = read(POINT, processes(1.00e-3, 1.02e-3, 0.99e-3))
+    slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5)
+    once = PairedComparison(0.8, float("nan"), float("nan"), float("nan"), float("nan"), Verdict.UNKNOWN, 1)
+    paired = Paired("torch-compile fp32", "torch-eager fp32", {"inference": slower, "training": once},
+                    ("threads 1 vs 2", "layout channels_last vs contiguous"))
+    rec = records.build(JOB, replace(reading, paired=paired))
+    assert {k: rec.tags[k] for k in ("design", "variant", "compared_with", "inference_verdict", "training_verdict",
+                                     "differs")} == {
+        "design": "paired", "variant": "torch-compile fp32", "compared_with": "torch-eager fp32",
+        "inference_verdict": "slower", "training_verdict": "no verdict",
+        "differs": "threads 1 vs 2; layout channels_last vs contiguous"}
+    assert "paired_baseline" not in rec.tags
+    assert {k: v for k, v in rec.metrics.items() if "speedup" in k} == pytest.approx({
+        "inference_speedup": 1 / 1.6, "inference_speedup_ci95_low": 1 / 1.7, "inference_speedup_ci95_high": 1 / 1.5,
+        "inference_speedup_p_value": 0.001, "inference_speedup_q_value": 0.004, "inference_speedup_trials": 5.0,
+        "training_speedup": 1.25, "training_speedup_trials": 1.0})
+    assert {f"inference_{m}" for m in PAIRED} <= set(rec.metrics)
+    rec.save(tmp_path / "point")
+    assert records.Record.load(tmp_path / "point") == rec
+    alike = records.build(JOB, replace(reading, paired=replace(paired, differs=())))
+    assert alike.tags["differs"] == "nothing else"
+    base = records.build(JOB, replace(reading, paired=Paired("torch-eager fp32", "torch-eager fp32")))
+    assert {k: base.tags[k] for k in ("design", "variant", "compared_with", "paired_baseline")} == {
+        "design": "paired", "variant": "torch-eager fp32", "compared_with": "torch-eager fp32",
+        "paired_baseline": "true"}
+    assert not any("verdict" in k or k == "differs" for k in base.tags)
+    assert not any("speedup" in k for k in base.metrics)
+
+
+def test_an_unpaired_point_says_so_and_a_failed_one_says_nothing_of_design():
+    rec = build(Point(32, ("inference",)), processes(1e-3, 1.01e-3))
+    assert rec.tags["design"] == "unpaired" and "variant" not in rec.tags and "compared_with" not in rec.tags
+    assert not any("speedup" in k for k in rec.metrics)
+    failed = build(Point(8, ("inference",)), [PointResult(8, failure="worker killed by SIGSEGV")])
+    assert "design" not in failed.tags
