@@ -117,12 +117,14 @@ def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
         out.append(Overall(variant, base, op, 1 / r, 1 / hi, 1 / lo, True, shown_between(t, variant, base),
                            verdicts))
     s = speedups(t, baseline) if not t.empty else pd.DataFrame(columns=["variant", "paired"])
-    paired = {(o.variant, o.op) for o in out}
-    s = s[(s["variant"] != baseline) & ~s["paired"].astype(bool)]
-    for (variant, op), g in s.groupby(["variant", "op"], sort=True):
-        if (variant, op) not in paired:
-            out.append(Overall(variant, baseline, op, float(math.exp(g["speedup"].map(math.log).mean())), math.nan,
-                               math.nan, False, bool(g["shown"].all()), {}))
+    known = {(o.variant, o.op) for o in out}
+    for (variant, op), g in s[s["variant"] != baseline].groupby(["variant", "op"], sort=True):
+        if (variant, op) in known:
+            continue
+        paired = bool(g["paired"].all())  # paired, its trials' evidence not at hand: no interval
+        verdicts = dict(Counter(g["verdict"].fillna("no verdict"))) if paired and "verdict" in g else {}
+        out.append(Overall(variant, baseline, op, float(math.exp(g["speedup"].map(math.log).mean())), math.nan,
+                           math.nan, paired, bool(g["shown"].all()), verdicts))
     return out
 
 
