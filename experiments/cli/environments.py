@@ -102,10 +102,12 @@ def sweep_jobs(a: argparse.Namespace, uri: str, environments=None):
 
 def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> int:
     """The sweep across these interpreters, interleaved (runtime.python varies fastest), under `parent`; its exit code.
-    Its output goes to this terminal."""
+    Its output goes to this terminal. It is the unpaired sweep (--unpaired): the paired one would measure the
+    environments as one cell's variants (an override may still ask for that)."""
     quoted = ",".join(f"'{p}'" for p in pythons)
     rounds = [f"repeat={','.join(map(str, range(a.repeats)))}"] if a.repeats > 1 else []
-    argv = [sys.executable, "-m", "experiments.run", "-m", *a.overrides, *rounds, f"runtime.python={quoted}",
+    argv = [sys.executable, "-m", "experiments.run", "-m", "bench.paired=false", *a.overrides, *rounds,
+            f"runtime.python={quoted}",
             f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}", f"mlflow.parent_run_id={parent}"]
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return run_to_end(argv, env=environ, stdout=sys.stderr if getattr(a, "json", False) else None).returncode

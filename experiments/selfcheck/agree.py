@@ -25,9 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 import psutil
-import torch
 import yaml
-from torch.utils.benchmark import Timer
 
 import models
 from experiments.common import interrupts
@@ -78,6 +76,9 @@ def run_time(budget: Budget) -> float:
 
 
 def timer(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget) -> float:
+    import torch  # the check runs torch in this process; its arguments are parsed without it
+    from torch.utils.benchmark import Timer
+
     t = Timer("sync(fn())", globals={"fn": fn, "sync": sync}, num_threads=torch.get_num_threads())
     return t.blocked_autorange(lambda *_: interrupts.checkpoint(), min_run_time=run_time(budget)).median
 
@@ -169,7 +170,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "windows, many rounds, so the drift of a process's steady state hits the three alike")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu", "auto"))
     p.add_argument("--torch-threads", type=positive("--torch-threads", "1", int),
-                   help=f"torch's intra-op threads (default {torch.get_num_threads()}); "
+                   help="torch's intra-op threads (default: torch's own, one per core); "
                    "1 spares torch's OpenMP barriers the stalls another busy process causes")
 
 
@@ -180,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
 
 def agree(args: argparse.Namespace) -> int:
     """The three methods interleaved on every case; the table, the load meanwhile, the last line."""
+    import torch  # as in timer
+
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     names = args.models or (list(QUICK_MODELS) if args.quick else models.available())
