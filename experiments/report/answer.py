@@ -4,6 +4,7 @@ the geometric-mean speedups as metrics. Parent side."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
@@ -99,7 +100,7 @@ class Overall:
 
 def shown_between(t: pd.DataFrame, variant: str, baseline: str) -> bool:
     """Whether two variants are one implementation (one framework) or shown to compute the same function."""
-    rows = t[t["variant"].isin([variant, baseline])]
+    rows = t[t["label"].isin([variant, baseline])] if "label" in t else t[t["variant"].isin([variant, baseline])]
     parity = rows["parity"] if "parity" in rows else pd.Series("ok", index=rows.index)
     return rows["framework"].nunique() <= 1 or bool((parity.fillna("ok") == "ok").all())
 
@@ -134,7 +135,7 @@ def geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE,
 def metric_name(variant: str, op: str, baseline: str) -> str:
     """`speedup_<op>_<variant>_vs_<baseline>`: op first, so that the runs table's columns (sorted by name) group by
     op, and the baseline named, since `report.baseline` may change between sweeps."""
-    return f"speedup_{op}_{variant}_vs_{baseline}".replace(" ", "_")
+    return re.sub(r"[^\w\-.:/]", "_", f"speedup_{op}_{variant}_vs_{baseline}")  # what MLflow allows in a name
 
 
 def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> dict[str, float]:

@@ -41,8 +41,11 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     t["batch_size"] = t["batch_size"].astype(int)
     for col in (f"paired_{m}" for m in PAIRED):  # a point with one trial has no interval: None, not NaN
         t[col] = pd.to_numeric(t[col], errors="coerce")
-    named = t["mode"] + " " + t["precision"]  # a paired point's label tells namesakes apart (runtime.python=...)
-    t["variant"] = t["variant"].fillna(named) if "variant" in t else named
+    named = t["mode"] + " " + t["precision"]
+    # a paired point's label tells namesakes apart (`jax-jit fp32 runtime.python=jax==0.10.1`); `variant` stays the
+    # name, which a point keeps along a history of versions
+    t["label"] = t["variant"].fillna(named) if "variant" in t else named
+    t["variant"] = named
     t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
     return t.sort_values(["model", "op", "variant", "batch_size"], ignore_index=True)
 
@@ -62,8 +65,9 @@ def fmt_time(seconds: float) -> str:
 
 
 def points(t: pd.DataFrame) -> pd.DataFrame:
-    """One row per point: replicate runs (repeat=0,1,...) folded into the median of their statistics."""
-    g = t.groupby(POINT, sort=True, dropna=False)
+    """One row per point: replicate runs (repeat=0,1,...) folded into the median of their statistics; its `variant`
+    is its label (namesakes apart: two environments of one framework are two lines)."""
+    g = t.groupby([*POINT, "label"], sort=True, dropna=False)
     out = g[["median_s", "p25_s", "p75_s"]].median()
     out["ci95_low_s"], out["ci95_high_s"] = g["ci95_low_s"].min(), g["ci95_high_s"].max()
     out["n_samples"], out["runs"] = g["n_samples"].sum(), g.size()
@@ -82,6 +86,7 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
     for flag in FLAGS:  # a point is flagged when any of its runs is
         out[flag] = g[flag].agg(lambda v: bool((v == "true").any())) if flag in t else False
     out = out.reset_index()
+    out["variant"] = out.pop("label")
     out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
     return out
 
