@@ -36,7 +36,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, sweep, sweep_jobs,
+                                          unpaired)
 from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.common.options import probability, threshold
@@ -142,6 +143,7 @@ def paired_design(a: argparse.Namespace):
         if given:
             raise BadInput(f"{', '.join(given)} set the paired comparison: drop --unpaired")
         a.threshold = THRESHOLD if a.threshold is None else a.threshold
+        unpaired(a)
         return None
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")

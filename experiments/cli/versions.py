@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, sweep, sweep_jobs,
+                                          unpaired)
 from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.measure.verdict import ALPHA, THRESHOLD
@@ -103,6 +104,7 @@ def paired_design(a: argparse.Namespace, specs: int):
         if given:
             fix = "drop --unpaired" if a.unpaired else "give two or more versions, e.g. jax==0.10.1,0.10.2"
             raise BadInput(f"{', '.join(given)} set the paired comparison of adjacent versions: {fix}")
+        unpaired(a)
         return None
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
