@@ -12,7 +12,7 @@ would: on each point, fresh pairs of warm workers, one per environment, alternat
 stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
 pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
 prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
-the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --order, --threshold and --alpha set it.
+the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it.
 
 --unpaired (and one spec) runs the sweep across the environments instead, interleaved (runtime.python varies
 fastest; --repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
@@ -36,7 +36,7 @@ from pathlib import Path
 from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, sweep, sweep_jobs,
                                           unpaired)
 from experiments.cli.selection import add_design, design_given
-from experiments.common.errors import LOST, OK, BadInput
+from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.measure.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import store_uri, validate
 
@@ -83,6 +83,8 @@ def versions(a: argparse.Namespace) -> int:
     if design and any(j.config.framework.name == "external" for j in jobs):
         raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
                        "interleaved with another worker's; add --unpaired")
+    if design:
+        design.fits(jobs)
     built = environments()
     if design:
         return compare_paired(a, uri, built, design)
@@ -170,6 +172,9 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
     except BaseException as e:
         tracking.set_status(uri, parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", quiet=True)
         raise
+    if code in paired.STOPPED:  # the sweep said so in its one line
+        tracking.set_status(uri, parent, "KILLED", quiet=True)
+        return INTERRUPTED
     rows = paired.verdicts(out)
     text = paired.table(rows)
     print(f"\n{text}", flush=True)
