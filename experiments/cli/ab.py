@@ -43,9 +43,12 @@ def run(a: argparse.Namespace) -> int:
     design = paired.Design(a.pairs, a.max_pairs, a.bursts, a.burst_ms, a.threshold, a.alpha)
     uri = store_uri(a.uri)
     overrides = [a.axis, *a.overrides, f"report.along={key}", *design.overrides()]
-    paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"], key)
+    design.fits(paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"],
+                             key))
     out = a.out or Path(tempfile.mkdtemp(prefix="nnbench-ab-")) / "sweep"
     code = paired.sweep(overrides, out, uri, a.experiment, quiet=a.json)
+    if code in paired.STOPPED:  # the sweep said so in its one line
+        return code
     rows = paired.verdicts(out)
     print(paired.as_json(rows, command="ab", axis=key, sweep_dir=str(out), exit=code) if a.json else
           "\n" + paired.table(rows))

@@ -9,7 +9,7 @@ installed is skipped and said. The overrides must make one point: one model, one
 
 Each step is judged paired, as `nnbench ab runtime.python=START,PROBE` would: fresh pairs of warm workers, one in the
 start's environment and one in the probe's, alternating short bursts while the other is stopped (about a minute and a
-half per step on 2 cores; --pairs, --max-pairs, --bursts, --burst-ms, --order). Every step compares the probe with
+half per step on 2 cores; --pairs, --max-pairs, --bursts, --burst-ms). Every step compares the probe with
 the start, not with its nearest known neighbour: each verdict then answers the one question a bisection needs (is
 this version still at the start's level?), while chained neighbour verdicts of "no change within ±3%" could drift
 step by step beyond the threshold unseen; and the start's workers run beside every probe's, so no verdict compares
@@ -36,7 +36,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, sweep, sweep_jobs,
+                                          unpaired)
 from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.common.options import probability, threshold
@@ -118,6 +119,7 @@ def bisect(a: argparse.Namespace) -> int:
     if jobs[0].config.framework.name == "external":
         raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
                        "interleaved with another worker's; add --unpaired")
+    design.fits(jobs)
     return Paired(a, uri, jobs[0], versions, index, how, cache, design).run()
 
 
@@ -142,6 +144,7 @@ def paired_design(a: argparse.Namespace):
         if given:
             raise BadInput(f"{', '.join(given)} set the paired comparison: drop --unpaired")
         a.threshold = THRESHOLD if a.threshold is None else a.threshold
+        unpaired(a)
         return None
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
@@ -406,7 +409,7 @@ class Paired(Bisect):
             code = paired.sweep([f"runtime.python={pythons}", *self.a.overrides, "report.along=runtime.python",
                                  *self.design.overrides()], out, self.uri, self.a.experiment, self.parent,
                                 quiet=self.a.json)
-            if code in (128 + 2, 128 + 15):  # the sweep was interrupted (it said so, and closed its runs)
+            if code in paired.STOPPED:  # the sweep was interrupted (it said so, and closed its runs)
                 raise Interrupted()
             row = step_row(sides, paired.verdicts(out), out)
             self.steps.append(row)
@@ -455,10 +458,10 @@ class Paired(Bisect):
     def stopped(self, row: dict, lo: int, hi: int, what: str) -> str:
         """The one line of a step that stayed inconclusive: the versions, where the change lies, what to do."""
         self.unsettled = True
-        vs, t = self.versions, self.a.threshold
+        vs, t, most = self.versions, self.a.threshold, self.design.max_pairs or "the bench preset's"
         return (f"inconclusive: {what}: {step(row)}, neither beyond nor within ±{t:.0%}; the first change, if any, "
                 f"lies after {vs[lo]} and at or before {vs[hi]} ({vs[lo]}..{vs[hi]}): not guessing; raise "
-                f"--max-pairs (now {self.design.max_pairs or 'the preset'}'s) or --threshold, or run it on a quieter machine")
+                f"--max-pairs (now {most}) or --threshold, or run it on a quieter machine")
 
     def answer(self, found, note: str) -> dict:
         """What --json prints: the first changed version, its neighbour's paired evidence, and every step."""

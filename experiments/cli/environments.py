@@ -100,6 +100,15 @@ def sweep_jobs(a: argparse.Namespace, uri: str, environments=None):
     return validated.jobs
 
 
+def unpaired(a: argparse.Namespace) -> None:
+    """The command runs the unpaired sweep (--unpaired, or one environment): its overrides say bench.paired=false,
+    unless they set it, so that each environment's points are measured by processes of their own, one after another,
+    as its verdicts (Welch's t on process medians) assume, and the door's jobs are the ones measured (bisect looks
+    their points up in the store by their config)."""
+    if not any(o.lstrip("+~").startswith("bench.paired=") for o in a.overrides):
+        a.overrides = [*a.overrides, "bench.paired=false"]
+
+
 def sweep(a: argparse.Namespace, uri: str, pythons: list[Path], parent: str) -> int:
     """The sweep across these interpreters, interleaved (runtime.python varies fastest), under `parent`; its exit code.
     Its output goes to this terminal. It is the unpaired sweep (--unpaired): the paired one would measure the

@@ -12,7 +12,7 @@ would: on each point, fresh pairs of warm workers, one per environment, alternat
 stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
 pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
 prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
-the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --order, --threshold and --alpha set it.
+the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it.
 
 --unpaired (and one spec) runs the sweep across the environments instead, interleaved (runtime.python varies
 fastest; --repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.cli.environments import add_environments, add_pairing, answering, build_options, sweep, sweep_jobs
+from experiments.cli.environments import (add_environments, add_pairing, answering, build_options, sweep, sweep_jobs,
+                                          unpaired)
 from experiments.cli.selection import add_design, design_given
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
@@ -84,6 +85,8 @@ def versions(a: argparse.Namespace) -> int:
     if design and any(j.config.framework.name == "external" for j in jobs):
         raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
                        "interleaved with another worker's; add --unpaired")
+    if design:
+        design.fits(jobs)
     built = environments()
     if design:
         return compare_paired(a, uri, built, design)
@@ -105,6 +108,7 @@ def paired_design(a: argparse.Namespace, specs: int):
         if given:
             fix = "drop --unpaired" if a.unpaired else "give two or more versions, e.g. jax==0.10.1,0.10.2"
             raise BadInput(f"{', '.join(given)} set the paired comparison of adjacent versions: {fix}")
+        unpaired(a)
         return None
     if a.repeats != 1:
         raise BadInput("--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N for more pairs")
@@ -170,6 +174,9 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
     except BaseException as e:
         tracking.set_status(uri, parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", quiet=True)
         raise
+    if code in paired.STOPPED:  # the sweep said so in its one line
+        tracking.set_status(uri, parent, "KILLED", quiet=True)
+        return code
     rows = paired.verdicts(out)
     text = paired.table(rows)
     print(f"\n{text}", flush=True)

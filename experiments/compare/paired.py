@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from experiments.store.records import META, Record
 from experiments.store.sweepdir import MARKER
 from experiments.sweep import cells
 
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a sweep's exit codes where a signal stopped it
 SCHEMA = "nnbench.paired/1"  # the JSON of `as_json`: docs/comparing.md#the-json
 
 
@@ -47,6 +49,14 @@ class Design:
         for ok, message in checks:
             if not ok:
                 raise BadInput(message)
+
+    def fits(self, jobs: list) -> None:
+        """BadInput where --max-pairs (without --pairs) is below the pairs the sweep starts with: its bench preset's
+        (bench.processes), which the flags' own check can't see."""
+        first = max((j.config.bench.processes for j in jobs), default=0)
+        if self.pairs is None and self.max_pairs is not None and self.max_pairs < first:
+            raise BadInput(f"--max-pairs {self.max_pairs} is below --pairs {first} (bench.processes of the bench "
+                           f"preset): e.g. --max-pairs {2 * first}, or --pairs {self.max_pairs}")
 
     def overrides(self) -> list[str]:
         keys = (("bench.processes", self.pairs), ("bench.max_processes", self.max_pairs), ("bench.rounds", self.bursts),
@@ -97,6 +107,8 @@ def axis(text: str) -> tuple[str, list[str]]:
     except Exception as e:  # Hydra's own parse errors
         raise BadInput(f"{text!r} is not AXIS=A,B ({str(e).splitlines()[0]}): e.g. framework.compile=true,false")
     key = override.get_key_element()
+    if len(values) < 2:  # not a sweep: the one value the override sets
+        raise BadInput(f"{text!r} gives one value: a paired comparison needs two or more, e.g. {key}=A,B")
     if not cells.spans(key):
         raise BadInput(f"{key} fixes a cell, so its values can't be paired: compare values of "
                        f"{', '.join(cells.VARIANT_KEYS)} (e.g. framework.compile=true,false), or sweep {key} with "
@@ -124,13 +136,17 @@ def check(argv: list[str], key: str) -> list:
 
 def sweep(overrides: list[str], directory: Path, uri: str, experiment: str, parent: str | None = None,
           quiet: bool = False) -> int:
-    """The paired sweep, in a child process, its dir `directory`; its exit code. Its lines go to this terminal
-    (`quiet`: to stderr)."""
+    """The paired sweep, in a child process, its dir `directory`; its exit code: 128 + the signal where an interrupt
+    stopped it (passed on to it: it kept what it measured, closed its runs and said so in its one line, so the
+    command has nothing to add; STOPPED). Its lines go to this terminal (`quiet`: to stderr)."""
     argv = [sys.executable, "-m", "experiments.run", "-m", *overrides, f"hydra.sweep.dir={directory}",
             f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={experiment}",
             *([f"mlflow.parent_run_id={parent}"] if parent else [])]
     environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return run_to_end(argv, env=environ, stdout=sys.stderr if quiet else None).returncode
+    try:
+        return run_to_end(argv, env=environ, stdout=sys.stderr if quiet else None).returncode
+    except KeyboardInterrupt as e:  # raised once the sweep, which had it passed on, has ended
+        return 128 + getattr(e, "signum", signal.SIGINT)
 
 
 def verdicts(directory: Path) -> list[CellVerdict]:

@@ -182,7 +182,7 @@ def run(a: argparse.Namespace) -> int:
               f"({PLANTED_DEPTH[1] / PLANTED_DEPTH[0]:.2f}× the layers), {b * 1e3:g} ms bursts, {a.pairs} pairs")
         planted = interleaved(sides, a.pairs, a.side_s, out / "planted")
         report(planted, a.group)
-        lr = [r.log_ratio for r in planted[b] if r.ok]
+        lr = [r.log_ratio(1, 0) for r in planted[b] if ok(r)]
         (v,) = judge_pairs([lr]) if lr else [None]
         if v:
             print(f"all {len(lr)} pairs: B/A {v.ratio:.4f} [{v.ci_low:.4f}, {v.ci_high:.4f}], {v.verdict} "

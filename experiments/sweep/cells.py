@@ -81,7 +81,9 @@ def sibling(config: dict, fingerprint: str | None) -> Job:
 
 def labels(jobs: list[Job]) -> list[str]:
     """Each job's name in its group: its variant (`jax-jit fp32`), and where two share one, what tells them apart
-    (`jax-jit fp32 runtime.python=/envs/a/bin/python`)."""
+    (`jax-jit fp32 runtime.python=/envs/a/bin/python`); where nothing does (an A/A comparison,
+    `framework.threads=1,1`), its place among its namesakes (`jax-jit fp32 (2)`): a point is its cell's baseline
+    by its name."""
     flat = [flat_variant(j) for j in jobs]
     keys = [k for k in (flat[0] if flat else ()) if len({f.get(k) for f in flat}) > 1]
     out = []
@@ -89,7 +91,7 @@ def labels(jobs: list[Job]) -> list[str]:
         same = [j for j, g in zip(jobs, flat) if j.variant == job.variant]
         apart = [k for k in keys if len({flat_variant(j)[k] for j in same}) > 1]
         out.append(" ".join([job.variant, *(f"{k}={f[k]}" for k in apart)]))
-    return out
+    return [f"{name} ({out[:i].count(name) + 1})" if name in out[:i] else name for i, name in enumerate(out)]
 
 
 def flat_variant(job: Job) -> dict[str, str]:

@@ -1,5 +1,20 @@
-"""Fixtures the command tests share."""
+"""Fixtures the command tests share: a real store, and nnbench-planted's releases served by a local index."""
+import contextlib
+from pathlib import Path
+
 import pytest
+
+from experiments.selfcheck import planted as plant
+
+# nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
+# planted.py): 1.0.1 does 1.0's work (A/A), 1.1 and 1.2 30% more.
+PLANTED = {"1.0": 1.0, "1.0.1": 1.0, "1.1": 1.3, "1.2": 1.3}
+# Its network as one cell big enough to time in 20 ms bursts (10 or 13 matmuls of 128, one thread), on a quick budget
+# with no machine check and no parity process (what the paired tests read is the verdict).
+PLANTED_POINT = [f"model={plant.NAME}", "model.n=128", "model.depth=10", "framework=torch", "framework.threads=1",
+                 "batch_size=32", "ops=[inference]", "bench=quick", "parity=false", "bench.machine_check_s=0"]
+INDEX_VARIABLES = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
+                   "UV_FIND_LINKS")
 
 
 @pytest.fixture(scope="session")
@@ -11,3 +26,36 @@ def paired_store(tmp_path_factory):
     uri = f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
     tracking.open_store(uri, "nnbench")
     return uri
+
+
+class Planted:
+    """nnbench-planted's releases (PLANTED) on a local package index, their environments built once, offline, into
+    one cache: `nnbench versions` and `bisect` find them there too."""
+
+    def __init__(self, root: Path):
+        self.url = plant.index(plant.wheels(root / "wheels", PLANTED), root / "index")
+        self.cache = root / "envs"
+
+    @contextlib.contextmanager
+    def offline(self):
+        """Only this index, no network for uv, this cache of environments (for this process and its children)."""
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PIP_CONFIG_FILE", "/dev/null")
+            mp.setenv("UV_OFFLINE", "1")
+            mp.setenv("NNBENCH_ENV_CACHE", str(self.cache))
+            for var in INDEX_VARIABLES:
+                mp.delenv(var, raising=False)
+            yield
+
+    def python(self, version: str) -> str:
+        """The interpreter of the version's environment (built now, or from the cache)."""
+        from experiments.harness import envs
+
+        with self.offline():
+            (spec,) = envs.parse([f"{plant.PROJECT}=={version}"])
+            return str(envs.get(spec, envs.Index(self.url), envs.installer(), self.cache, envs.packages()).python)
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory) -> Planted:
+    return Planted(tmp_path_factory.mktemp("planted"))

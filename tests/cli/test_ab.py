@@ -1,46 +1,23 @@
-"""`nnbench ab`: bad input is one line and exit 2 before anything is measured or written; two values of an axis
-compared paired end to end into a real sqlite store (a parent run, a child run per point, every burst kept); an
-interrupt or a crash leaves no run RUNNING."""
-import functools
+"""`nnbench ab`, the paired sweep along one axis, through its real door: bad input is one line and exit 2 before
+anything runs; two values compared into a real store, the verdicts printed as a table or as JSON (schema
+nnbench.paired/1), every burst kept; --fail-on-regression exits 1 naming a planted slowdown and 0 on an A/A; a store
+that goes away and a Ctrl-C are one line each and leave nothing RUNNING. Where the numbers don't matter, the
+interpreter that stands in for a worker (tests/helpers/fake_worker.py: every burst reads 1 ms) measures."""
 import json
-import time
+import signal
 
-import mlflow
 import pytest
 
 from experiments.cli import main
-from experiments.cli.ab import checked as door
-from experiments.harness import pairs
-from experiments.harness.pairs import PAIR, PairResult
-from experiments.measure.verdict import judge_pairs
+from experiments.compare import paired
+from experiments.harness.pairs import TRIAL, Trial
+from experiments.measure.verdict import Verdict
+from tests.cli.conftest import PLANTED_POINT
+from tests.helpers import BRIEF, fake_interpreter, nnbench, runs, with_store
+from tests.helpers.interrupts import during
 
-POINT = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]"]
-
-
-@pytest.mark.parametrize("argv,message", [
-    (["framework.compile=true"], "'framework.compile=true' gives 0 values: nnbench ab compares two"),
-    (["framework=jax,torch,external"], "gives 3 values: nnbench ab compares two"),
-    (["framework=jax,torch", "framework=jax"], "framework is the axis compared: set it only in AXIS=A,B"),
-    (["framework=external,torch", "external.name=Reference",
-      "external.command='python runners/reference_runner.py --model {model}'"],
-     "framework=external can't be paired: its runner times itself"),
-    (["framework.compile=true,false", "model=nosuch"], "unknown model 'nosuch' (choose dscnn, file, gpt_tiny, lenet,"),
-    (["framework.compile=true,false", "--pairs", "3", "--max-pairs", "2"], "--max-pairs 2 is below --pairs 3"),
-    (["framework.compile=true,false", "--pairs", "1"], "--pairs 1: at least 2"),
-    (["framework.compile=true,false", "--bursts", "0"], "--bursts 0: at least 1"),
-    (["framework.compile=true,false", "--burst-ms", "-5"], "--burst-ms -5: a positive length"),
-    (["framework.compile=true,false", "--burst-ms", "nan"], "--burst-ms nan: a positive length"),
-    (["framework.compile=true,false", "--alpha", "1.5"], "--alpha 1.5: a significance level in (0, 1)"),
-    (["framework.compile=true,false", "--threshold", "5"], "--threshold 5 would be 500%: use 0.05 or 5%"),
-    (["framework.compile=true,false", "--pairs", "six"], "argument --pairs: invalid int value: 'six'"),
-    (["framework.compile=true,false", "--rounds", "3"], "unrecognized arguments: --rounds"),
-])
-def test_bad_input_is_one_line_and_exit_2(capsys, argv, message, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert exit_code(["ab", *argv]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("nnbench ab: error: ") and message in line, line
-    assert not (tmp_path / "mlruns").exists()  # nothing written to the store
+POINT = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]", *BRIEF, "parity=false"]
+DESIGN = ["--pairs", "2", "--bursts", "5"]
 
 
 def exit_code(argv: list[str]) -> int:
@@ -51,150 +28,167 @@ def exit_code(argv: list[str]) -> int:
         return e.code
 
 
-def runs_since(uri: str, t0: float):
-    """The runs of the store started at or after `t0` (time.time())."""
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"attributes.start_time >= {int(t0 * 1e3)}")
+@pytest.mark.parametrize("argv,message", [
+    (["framework.compile=true"], "'framework.compile=true' gives one value: a paired comparison needs two or more"),
+    (["model=lenet,resnet"], "model fixes a cell, so its values can't be paired: compare values of framework, "),
+    (["batch_size=2,4", "framework=torch"], "batch_size fixes a cell"),
+    (["framework=[jax"], "'framework=[jax' is not AXIS=A,B ("),
+    (["framework=jax,torch", "framework=jax"], "framework is the axis compared: set it only once"),
+    (["framework=external,torch", "external.name=Reference",
+      "external.command='python runners/reference_runner.py --model {model}'"],
+     "framework=external can't be paired: its runner times itself"),
+    (["framework.compile=true,false", "model=nosuch"], "unknown model 'nosuch'"),
+    (["framework.threads=1,2", "--pairs", "3", "--max-pairs", "2"], "--max-pairs 2 is below --pairs 3"),
+    (["framework.threads=1,2", "framework=torch", "--max-pairs", "3"],
+     "--max-pairs 3 is below --pairs 5 (bench.processes of the bench preset)"),
+    (["framework.threads=1,2", "--pairs", "1"], "--pairs 1: at least 2 (one pair gives no verdict)"),
+    (["framework.threads=1,2", "--bursts", "0"], "argument --bursts: --bursts 0 must be above 0"),
+    (["framework.threads=1,2", "--burst-ms", "-5"], "argument --burst-ms: --burst-ms -5 must be above 0"),
+    (["framework.threads=1,2", "--burst-ms", "nan"], "argument --burst-ms: "),
+    (["framework.threads=1,2", "--alpha", "1.5"], "--alpha 1.5 is not between 0 and 1"),
+    (["framework.threads=1,2", "--threshold", "5"], "--threshold 5 would be 500%: use 0.05 or 5%"),
+    (["framework.threads=1,2", "--pairs", "six"], "argument --pairs: "),
+    (["framework.threads=1,2", "--rounds", "3"], "unrecognized arguments: --rounds"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_anything_runs(capsys, argv, message, tmp_path, monkeypatch):
+    swept = []
+    monkeypatch.setattr(paired, "sweep", lambda *args, **kw: swept.append(args) or 0)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert exit_code(["ab", *argv, "--uri", uri, "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("nnbench ab: error: ") and message in line, line
+    assert not swept and not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-def test_percent_threshold_reads_as_a_fraction():
-    from experiments.cli.ab import fraction
+@pytest.fixture(scope="module")
+def a_a(tmp_path_factory):
+    """One A/A comparison through the door (`framework.threads=1,1`: the two sides alike in every key, so the second
+    is told apart by its place), measured by the stand-in worker, as JSON, gated: (its process, sweep dir, store)."""
+    tmp = with_store(tmp_path_factory.mktemp("a-a"))
+    out, uri = tmp / "sweep", f"sqlite:///{tmp}/mlruns/mlflow.db"
+    r = nnbench("ab", ["framework.threads=1,1", *POINT, f"runtime.python={fake_interpreter(tmp)}", *DESIGN, "--json",
+                       "--fail-on-regression", "--out", str(out), "--uri", uri], tmp, FAKE_FAULT="none")
+    return r, out, uri
 
-    assert fraction("3%") == pytest.approx(0.03) and fraction("0.05") == 0.05
+
+# nnbench.paired/1 (docs/comparing.md#the-json): each key and the types its value may take. A field renamed, retyped
+# or dropped fails here; a new one is no new version.
+ABOUT = {"schema": str, "command": str, "axis": str, "sweep_dir": str, "exit": int, "cells": list}
+CELL = {"model": str, "op": str, "batch_size": int, "variant": str, "baseline": str, "speedup": (float, type(None)),
+        "low": (float, type(None)), "high": (float, type(None)), "verdict": str, "trials": int,
+        "run_id": (str, type(None)), "differs": str, "ratio": (float, type(None)), "interval": list}
 
 
 @pytest.mark.slow
-def test_two_values_are_compared_paired_logged_and_every_burst_is_kept(tmp_path, capsys, paired_store, monkeypatch):
-    """An A/A comparison (framework.threads=1 on both sides) of a tiny point: a ratio, an interval, a verdict, printed
-    as JSON and logged: one FINISHED parent with the sides and the verdicts, one FINISHED child for the point. (The
-    sides' jobs come from the door once per module: `checked`.)"""
-    from experiments.cli import ab
+def test_the_json_keeps_its_schema(a_a):
+    r, out, _ = a_a
+    got = json.loads(r.stdout)
+    assert got["schema"] == paired.SCHEMA == "nnbench.paired/1"
+    for key, kind in ABOUT.items():
+        assert isinstance(got[key], kind), (key, got[key])
+    (cell,) = got["cells"]
+    for key, kind in CELL.items():
+        assert isinstance(cell[key], kind), (key, cell[key])
+    assert set(paired.CellVerdict.__dataclass_fields__) <= set(cell)  # every field of the typed row is in the JSON
+    assert len(cell["interval"]) == 2 and all(isinstance(x, (float, type(None))) for x in cell["interval"])
+    assert cell["verdict"] in {str(v) for v in Verdict}
+    assert (got["command"], got["axis"], got["sweep_dir"], got["exit"]) == ("ab", "framework.threads", str(out), 0)
 
-    monkeypatch.setattr(ab, "checked", lambda *args: checked() if args == ("framework.threads", ["1", "1"], POINT)
-                        else door(*args))
-    uri, t0 = paired_store, time.time()
-    argv = ["ab", "framework.threads=1,1", *POINT, "--pairs", "2", "--max-pairs", "2", "--bursts", "3",
-            "--burst-ms", "5", "--json", "--out", str(tmp_path / "out"), "--uri", uri]
-    assert main(argv) == 0
-    (row,) = json.loads(capsys.readouterr().out)
-    assert row["point"] == {"model": "mlp_relu", "op": "inference", "batch_size": 2}
-    assert row["pairs"] == 2 and row["bursts"] == 3 and row["skipped"] is None and row["variant"] == "torch-eager fp32"
-    lo, hi = row["interval"]
-    assert lo <= row["ratio"] <= hi
-    assert set(row["oversubscribed"]) <= {"A", "B"}  # per side: in how many pairs, and the hint
-    files = sorted((tmp_path / "out").glob(f"job-0/bs2-inference/pair-*/{PAIR}"))
+
+@pytest.mark.slow
+def test_an_a_a_comparison_reads_no_change_and_passes_the_gate(a_a):
+    """Both sides' bursts read alike: B/A is 1 in every trial, no change, and --fail-on-regression exits 0."""
+    r, _, _ = a_a
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not [ln for ln in r.stderr.splitlines() if "error" in ln], r.stderr[-3000:]
+    (cell,) = json.loads(r.stdout)["cells"]
+    assert (cell["model"], cell["op"], cell["batch_size"]) == ("mlp_relu", "inference", 2)
+    assert (cell["variant"], cell["baseline"]) == ("torch-eager fp32 (2)", "torch-eager fp32")
+    assert cell["verdict"] == "no change" and cell["ratio"] == cell["speedup"] == 1.0
+    assert cell["interval"] == [1.0, 1.0] and cell["trials"] == 2
+
+
+@pytest.mark.slow
+def test_the_sweep_is_logged_and_every_burst_is_kept(a_a):
+    """One FINISHED parent, one FINISHED run per side: B's carries its verdict against A, A's says it is the
+    baseline; the sweep dir keeps each trial with every burst of both sides."""
+    r, out, uri = a_a
+    (cell,) = json.loads(r.stdout)["cells"]
+    (parent,) = runs(uri, parents=True).itertuples()
+    points = runs(uri).set_index("run_id")
+    assert parent.status == "FINISHED" and set(points["status"]) == {"FINISHED"} and len(points) == 2
+    assert set(points["tags.mlflow.parentRunId"]) == {parent.run_id}
+    b = points.loc[cell["run_id"]]
+    a = points.drop(index=cell["run_id"]).iloc[0]
+    assert (b["tags.design"], b["tags.variant"], b["tags.compared_with"]) == (
+        "paired", "torch-eager fp32 (2)", "torch-eager fp32")
+    assert b["tags.inference_verdict"] == "no change" and b["metrics.inference_speedup_trials"] == 2
+    assert b["params.config.report.along"] == "framework.threads" and b["metrics.inference_speedup"] == 1.0
+    assert a["tags.paired_baseline"] == "true" and a["tags.variant"] == "torch-eager fp32"
+    files = sorted(out.glob(f"*/trials/bs2-inference/{TRIAL.format('*')}"))
     assert len(files) == 2
     for f in files:
-        pair = PairResult.from_json(f.read_text())
-        assert pair.ok and len(pair.a_bursts) == len(pair.b_bursts) == 3 and pair.a.threads == pair.b.threads == 1
-    # the verdict is the judge's on the pairs kept (an A/A pair of a 10 µs op may well read "faster" on a loaded
-    # machine: two pairs bound nothing)
-    (v,) = judge_pairs([[PairResult.from_json(f.read_text()).log_ratio for f in files]])
-    assert (row["verdict"], row["ratio"]) == (v.verdict, pytest.approx(v.ratio))
-
-    df = runs_since(uri, t0)
-    assert set(df["status"]) == {"FINISHED"} and len(df) == 2
-    parent = df[df["tags.nnbench.ab"] == "true"].iloc[0]
-    child = df[df["tags.nnbench.ab_point"] == "true"].iloc[0]
-    assert parent["tags.ab_a"] == parent["tags.ab_b"] == "framework.threads=1"
-    assert row["verdict"] in parent["tags.mlflow.note.content"] and parent["params.bursts"] == "3"
-    assert child["tags.mlflow.parentRunId"] == parent["run_id"] == child["tags.mlflow.parentRunId"]
-    assert child["run_id"] == row["run_id"] and child["tags.verdict"] == row["verdict"]
-    assert child["tags.paired"] == "true" and child["params.model"] == "mlp_relu" and child["params.op"] == "inference"
-    assert child["params.batch_size"] == "2" and child["metrics.pairs"] == 2
-    assert child["params.variant"] == row["variant"]
-    assert (child["metrics.ratio"], child["metrics.ci95_low"], child["metrics.ci95_high"]) == pytest.approx(
-        (row["ratio"], lo, hi))
-    kept = mlflow.artifacts.load_dict(f"runs:/{child['run_id']}/bursts.json")
-    assert [len(p["a"]) for p in kept["pairs"]] == [len(p["b"]) for p in kept["pairs"]] == [3, 3]
-    assert kept["pairs"][0]["a"] == [b.samples_s for b in PairResult.from_json(files[0].read_text()).a_bursts]
+        trial = Trial.from_json(f.read_text())
+        assert trial.failure is None and [len(t.bursts) for t in trial.turns] == [5, 5]
+        assert trial.log_ratio(1, 0) == 0.0 and sorted(trial.order) == sorted("AB" * 5)
 
 
-def test_the_table_names_the_variant_where_the_points_have_several():
-    """`ab runtime.python=A,B framework=jax,torch`: the same model, op and batch twice, told apart by the variant."""
-    from experiments.cli.ab import table
-
-    row = {"point": {"model": "lenet", "op": "inference", "batch_size": 2}, "a": "A", "b": "B", "ratio": 1.0,
-           "interval": [0.99, 1.01], "verdict": "no change", "pairs": 6, "skipped": None}
-    one = table([row | {"variant": "jax-jit fp32"}])
-    two = table([row | {"variant": "jax-jit fp32"}, row | {"variant": "torch-eager fp32"}])
-    assert "variant" not in one and "| variant" in two and "jax-jit fp32" in two and "torch-eager fp32" in two
-
-
-@pytest.mark.parametrize("fault", [KeyboardInterrupt, RuntimeError])
-def test_an_interrupt_or_a_crash_leaves_no_run_running(tmp_path, monkeypatch, capsys, fault, paired_store):
-    """A Ctrl-C while measuring: one line, the parent KILLED (`ab` exits 130); a crash: the parent FAILED, and the
-    error goes on. (Both before any worker starts: the store's side only, with a real comparison's jobs.)"""
-    from experiments.cli import ab
-
-    def broken(*args, **kwargs):
-        raise fault("while measuring")
-
-    monkeypatch.setattr(pairs, "compare", broken)
-    comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
-    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
-    if fault is KeyboardInterrupt:
-        assert ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged) is None  # run() then returns 130
-        (line,) = capsys.readouterr().err.strip().splitlines()
-        assert line.startswith(f"nnbench ab: interrupted: 0 points logged under {logged.parent}"), line
-    else:
-        with pytest.raises(fault):
-            ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged)
-    (status,) = runs_since(paired_store, t0)["status"]
-    assert status == ("KILLED" if fault is KeyboardInterrupt else "FAILED")
+@pytest.mark.slow
+def test_a_planted_slowdown_is_judged_slower_and_fails_the_gate(planted, tmp_path):
+    """nnbench-planted 1.1's network does 30% more work than 1.0's, each version in its own environment:
+    `ab runtime.python=ENV_1.0,ENV_1.1` prints the table with the cell slower, and exits 1 naming it in one line."""
+    pythons = ",".join(f"'{planted.python(v)}'" for v in ("1.0", "1.1"))
+    out, uri = tmp_path / "sweep", f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
+    r = nnbench("ab", [f"runtime.python={pythons}", *PLANTED_POINT, *DESIGN, "--max-pairs", "6",
+                       "--fail-on-regression", "--out", str(out), "--uri", uri], tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    (row,) = paired.verdicts(out)
+    assert row.verdict == Verdict.SLOWER and row.ratio > 1.1, row
+    assert row.variant.endswith("runtime.python=nnbench-planted==1.1")
+    assert row.baseline.endswith("runtime.python=nnbench-planted==1.0")
+    (line,) = r.stderr.strip().splitlines()
+    assert line == f"nnbench ab: error: slower: {paired.slower([row])[0]}"
+    assert line.startswith("nnbench ab: error: slower: planted inference bs32 ") and f"{row.ratio:.3f}×" in line
+    table = r.stdout[r.stdout.index("paired: each B over its A (above 1: B is slower)"):]
+    (cells,) = [ln for ln in table.splitlines() if ln.startswith("| planted")]
+    assert f"| {row.ratio:.3f} |" in cells and "| slower " in cells and "| inference |" in cells
 
 
-@functools.cache
-def checked():
-    """Both sides' jobs of an A/A comparison of the tiny point, through the sweep's door once (it takes seconds)."""
-    return door("framework.threads", ["1", "1"], POINT)
+@pytest.mark.slow
+def test_a_store_that_goes_away_is_one_line_and_upload_closes_the_sweep(tmp_path):
+    """The store's directory moves away while the trials run: the sweep can neither log its points nor close its
+    parent; one line, exit 1, naming where the points are and `nnbench upload`. Once the store is back, that upload
+    logs them and closes the parent: nothing is left RUNNING."""
+    store = with_store(tmp_path / "store", "mlflow.db")
+    out, uri = tmp_path / "sweep", f"sqlite:///{store}/mlflow.db"
+
+    argv = ["ab", "framework.threads=1,2", *POINT, f"runtime.python={fake_interpreter(tmp_path)}", "--pairs", "3",
+            "--bursts", "5", "--out", str(out), "--uri", uri]
+    code, err, _ = during(argv, lambda: any(out.glob(f"*/trials/bs2-inference/{TRIAL.format(0)}")),
+                          lambda proc: store.rename(tmp_path / "away"), FAKE_FAULT="none", FAKE_DELAY_S="0.5")
+    (tmp_path / "away").rename(store)
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("nnbench: error: 2 finished, 0 skipped, 0 failed, 2 not logged"), err[0]
+    assert f"the points are kept in {out}: nnbench upload {out} logs what the store lacks" in err[0]
+    assert set(runs(uri, parents=True)["status"]) == {"RUNNING"} and runs(uri).empty  # as the store was left
+    assert main(["upload", str(out), "--uri", uri]) == 0
+    assert set(runs(uri, parents=True)["status"]) == {"FINISHED"}
+    assert list(runs(uri)["status"]) == ["FINISHED", "FINISHED"]
 
 
-def test_a_ctrl_c_keeps_the_points_judged_in_the_interrupted_job(tmp_path, monkeypatch, capsys, paired_store):
-    """A Ctrl-C in a job after some of its points had their pairs: those are judged together and logged, then the
-    parent ends KILLED."""
-    from experiments.cli import ab
-
-    (judged,) = judge_pairs([[0.01, 0.012, 0.009]], 0.03, 0.05)
-
-    def stopped(*args, **kwargs):
-        c = pairs.Compared(2, "inference")
-        c.verdict = judged
-        raise pairs.Stopped([c])
-
-    monkeypatch.setattr(pairs, "compare", stopped)
-    comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
-    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
-    assert ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged) is None
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"nnbench ab: interrupted: 1 point logged under {logged.parent}"), line
-    df = runs_since(paired_store, t0)
-    child = df[df["tags.nnbench.ab_point"] == "true"].iloc[0]
-    assert sorted(df["status"]) == ["FINISHED", "KILLED"] and child["tags.verdict"] == str(judged.verdict)
-    assert child["metrics.ratio"] == pytest.approx(judged.ratio) and child["params.batch_size"] == "2"
-
-
-def test_a_store_that_goes_away_is_one_line_naming_where_the_pairs_are(tmp_path, monkeypatch, paired_store):
-    from experiments.cli import ab
-    from experiments.common.errors import Lost
-
-    (judged,) = judge_pairs([[0.01, 0.012, 0.009]], 0.03, 0.05)
-
-    def compared(*args, **kwargs):
-        c = pairs.Compared(2, "inference")
-        c.verdict = judged
-        return [c]
-
-    def gone(*args, **kwargs):
-        raise ConnectionError("[Errno 111] Connection refused")
-
-    monkeypatch.setattr(pairs, "compare", compared)
-    comparison, design, t0 = checked(), pairs.Design(pairs=2, max_pairs=2, rounds=3), time.time()
-    logged = ab.Store.open(paired_store, "nnbench", comparison, design)
-    monkeypatch.setattr(ab.Store, "point", gone)
-    with pytest.raises(Lost) as e:
-        ab.measure(comparison, design, 0.03, 0.05, tmp_path, logged)
-    assert "Connection refused" in str(e.value) and f"every pair measured is in {tmp_path}" in str(e.value)
-    assert "\n" not in str(e.value)
-    (status,) = runs_since(paired_store, t0)["status"]
-    assert status == "FAILED"
+@pytest.mark.slow
+def test_ctrl_c_in_a_trial_is_one_line_130_and_leaves_nothing_running(tmp_path):
+    """SIGINT while the second cell of the first trial is being prepared (its worker takes ten minutes): the
+    workers are killed, the first cell's trial is kept, every point is logged KILLED, and the sweep's one line is
+    all ab says."""
+    out, uri = tmp_path / "sweep", f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
+    argv = ["ab", "framework.threads=1,2", *POINT, "ops=[inference,training]",
+            f"runtime.python={fake_interpreter(tmp_path)}", *DESIGN, "--out", str(out), "--uri", uri]
+    code, err, _ = during(argv, lambda: any(out.glob(f"*/trials/bs2-inference/{TRIAL.format(0)}")),
+                          lambda proc: proc.send_signal(signal.SIGINT), FAKE_FAULT="none", FAKE_LONG_POINT="1")
+    assert code == 130 and len(err) == 1, (code, err)
+    assert err[0].startswith("nnbench: interrupted by SIGINT: ") and f"kept in {out}" in err[0], err[0]
+    kept = Trial.from_json(next(out.glob(f"*/trials/bs2-inference/{TRIAL.format(0)}")).read_text())
+    assert kept.failure is None and [len(t.bursts) for t in kept.turns] == [5, 5]
+    assert set(runs(uri, parents=True)["status"]) == {"KILLED"}
+    assert list(runs(uri)["status"]) == ["KILLED", "KILLED"]  # both sides' points, saved as interrupted

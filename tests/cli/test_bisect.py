@@ -1,70 +1,75 @@
-"""`nnbench bisect`, paired: the search driven in-process through ab's own comparison, judge and store, with each
-pair's bursts stood in by planted levels per version (no worker starts, no environment is built): it finds the step
-in about log2(n) probes, slower or faster, stops in one line where a step stays inconclusive at --max-pairs, and
-logs every step as an `ab` run under the bisect's parent, every burst kept."""
+"""`nnbench bisect`, paired: each step a two-environment paired sweep along runtime.python. The search is driven
+in-process with each step's sweep stood in by planted levels per version (its records written as the sweep writes
+them, read back by the real `compare.paired.verdicts`): it finds the step in about log2(n) probes, slower or faster,
+stops where the ends don't differ, stops in one line (exit 1) where a step stays inconclusive at --max-pairs, and ends
+KILLED on an interrupt. End to end, on nnbench-planted's environments, it finds and places a planted regression."""
 import math
-import sys
+import re
 import time
 from types import SimpleNamespace
 
 import mlflow
 import pytest
 
-from experiments.cli import ab
 from experiments.cli import bisect as bisect_cli
-from experiments.common.protocol import Burst, Point, Prepared
-from experiments.harness import pairs
-from experiments.harness.pairs import PairResult
+from experiments.common.columns import PAIRED
+from experiments.compare import paired
+from experiments.measure.reading import Paired
+from experiments.measure.verdict import judge_pairs
+from experiments.selfcheck import planted as plant
+from experiments.store import records
+from tests.cli.conftest import PLANTED_POINT
+from tests.helpers import nnbench, with_store
 
 VERSIONS = [f"1.{i}" for i in range(5)]
-POINT = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]"]
-DESIGN = pairs.Design(burst_s=0.001, rounds=3, pairs=6, max_pairs=12)
+DESIGN = paired.Design(pairs=6, max_pairs=12, bursts=3, burst_ms=1, threshold=0.03, alpha=0.05)
+SLUG = "planted-torch-eager-fp32-bs32"
 
 
-def side(job, label: str, cache=None) -> pairs.Side:
-    """A side of the tiny point: what `pairs.compare` reads of it (its workers are stood in)."""
-    return pairs.Side(label, SimpleNamespace(framework="torch", points=[Point(2, ("inference",))]), sys.executable,
-                      {}, "fork", 10.0)
+def label(version: str) -> str:
+    """A side's label in the paired sweep along runtime.python (cells.labels)."""
+    return f"torch-eager fp32 runtime.python={plant.PROJECT}=={version}"
 
 
 @pytest.fixture
-def planted(monkeypatch):
-    """`levels(version -> time per call)` and the spread of the pairs' log ratios stand in for the pairs' workers:
-    pair k of a comparison reads log(B/A) = log(level B / level A) ± spread (alternating sign), in every round."""
-    said = {}
+def planted_steps(monkeypatch):
+    """`plant(levels: version -> time per call, spread)` stands in for each step's sweep: trial k of a step reads
+    log(B/A) = log(level B / level A) ± spread (alternating sign); the sweep judges DESIGN.pairs trials, and
+    DESIGN.max_pairs where that is inconclusive, and saves B's point record as the paired sweep does. What each
+    step's sweep was asked is said: (A, B, trials, parent run, exit code)."""
+    said = {"steps": [], "code": 0}
 
-    def plant(levels: dict[str, float], spread: float):
-        said.update(levels=levels, spread=spread, pairs=[])
+    def plant_(levels: dict[str, float], spread: float):
+        def sweep(overrides, directory, uri, experiment, parent=None, quiet=False):
+            va, vb = re.findall(r"/envs/([^/]+)/bin/python", overrides[0])
+            for n in (DESIGN.pairs, DESIGN.max_pairs):
+                log_ratios = [math.log(levels[vb] / levels[va]) + spread * (-1) ** k for k in range(n)]
+                (c,) = judge_pairs([log_ratios], DESIGN.threshold, DESIGN.alpha)
+                if c.conclusive:
+                    break
+            said["steps"].append((va, vb, n, parent, overrides))
+            if said["code"]:
+                return said["code"]
+            reading = SimpleNamespace(ops={}, paired=Paired(label(vb), label(va), {"inference": c}))
+            params = {"model": plant.NAME, "ops": "inference", "batch_size": "32"}
+            records.Record(f"planted bs32 {vb}", SLUG, "ok", params, records.paired_metrics(reading),
+                           records.paired_tags(reading)).save(directory / "0" / "job-1" / "points" / SLUG)
+            return 0
 
-        def run_pair(a, b, point, design, index, servers, directory, rng):
-            va, vb = (s.label.split("==")[1] for s in (a, b))
-            jitter = spread * (1 if index % 2 == 0 else -1)
-            ta, tb = levels[va] * 1e-3, levels[vb] * 1e-3 * math.exp(jitter)
-            said["pairs"].append((va, vb, index))
-            prepared = [Prepared("ok", environment={"nnbench_planted_version": v}) for v in (va, vb)]
-            return PairResult(index, "AB" * design.rounds, *prepared, [Burst([ta]) for _ in range(design.rounds)],
-                              [Burst([tb]) for _ in range(design.rounds)], wall_s=0.0)
-
-        monkeypatch.setattr(pairs, "run_pair", run_pair)
-        monkeypatch.setattr(pairs, "server", lambda side, log: None)
-        job = SimpleNamespace(config=SimpleNamespace(model={"name": "mlp_relu"}, framework=SimpleNamespace(
-            name="torch")), variant="torch-eager fp32")
-        monkeypatch.setattr(ab, "checked", lambda key, vs, overrides, labels: ab.Comparison(
-            key, tuple(vs), tuple(labels), overrides, ([job], [job])))
-        monkeypatch.setattr(pairs.Side, "of", side)
+        monkeypatch.setattr(paired, "sweep", sweep)
         return said
 
-    return plant
+    return plant_
 
 
-def bisected(uri: str, threshold: float = 0.03):
-    """A paired bisect of VERSIONS on the tiny point, each version's environment this interpreter."""
-    a = SimpleNamespace(package="nnbench-planted", range="1.0..1.4", overrides=POINT, experiment="nnbench",
-                        threshold=threshold, alpha=0.05, repeats=1)
-    job = SimpleNamespace(config=SimpleNamespace(model={"name": "mlp_relu"}), variant="torch-eager fp32",
-                          points=[SimpleNamespace(batch_size=2, ops=("inference",))])
+def bisected(uri: str):
+    """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v>."""
+    a = SimpleNamespace(package=plant.PROJECT, range="1.0..1.4", overrides=PLANTED_POINT, experiment="nnbench",
+                        threshold=DESIGN.threshold, alpha=DESIGN.alpha, repeats=1, json=False)
+    job = SimpleNamespace(config=SimpleNamespace(model={"name": plant.NAME}), variant="torch-eager fp32",
+                          points=[SimpleNamespace(batch_size=32, ops=("inference",))])
     b = bisect_cli.Paired(a, uri, job, VERSIONS, None, "uv", None, DESIGN)
-    b.envs = {v: SimpleNamespace(python=sys.executable) for v in VERSIONS}
+    b.envs = {v: SimpleNamespace(python=f"/envs/{v}/bin/python") for v in VERSIONS}
     return b
 
 
@@ -75,8 +80,8 @@ def runs_since(uri: str, t0: float):
 
 @pytest.mark.parametrize("at,level,verdict", [("1.3", 1.05, "slower"), ("1.1", 1.05, "slower"),
                                               ("1.4", 1.05, "slower"), ("1.2", 0.95, "faster")])
-def test_the_planted_step_is_found_in_log2_steps(planted, paired_store, capsys, at, level, verdict):
-    said = planted({v: level if v >= at else 1.0 for v in VERSIONS}, 0.01)
+def test_the_planted_step_is_found_in_log2_steps(planted_steps, paired_store, capsys, at, level, verdict):
+    said = planted_steps({v: level if v >= at else 1.0 for v in VERSIONS}, 0.01)
     b, t0 = bisected(paired_store), time.time()
     assert b.run() == 0
     out = capsys.readouterr().out
@@ -85,59 +90,84 @@ def test_the_planted_step_is_found_in_log2_steps(planted, paired_store, capsys, 
     assert f"{verdict}, 6 pairs" in out.split("first changed at")[1].splitlines()[0]
     probes = [r for r in b.steps if r["a"] == "nnbench-planted==1.0"]
     assert len(probes) == 1 + math.ceil(math.log2(len(VERSIONS) - 1))  # the ends, then one per halving
-    assert [r["verdict"] for r in probes][0] == verdict
-    compared = {(va, vb) for va, vb, _ in said["pairs"]}
+    assert probes[0]["verdict"] == verdict and probes[0]["b"] == "nnbench-planted==1.4"
+    compared = [(va, vb) for va, vb, *_ in said["steps"]]
     assert (before, at) in compared  # the first changed version against its neighbour, paired
-    assert len(compared) == len(b.steps) and all(r["pairs"] == 6 for r in b.steps)  # each comparison once
+    assert len(set(compared)) == len(compared) == len(b.steps)  # each comparison once
+    assert all(r["pairs"] == 6 and r["ratio"] is not None for r in b.steps)
 
     df = runs_since(paired_store, t0)
     (parent,) = df[df["tags.nnbench.bisect"] == "true"].to_dict("records")
     assert parent["status"] == "FINISHED" and parent["tags.first_changed"] == at
     assert parent["tags.verdict"] == verdict and f"first changed at nnbench-planted {at}" in parent[
         "tags.mlflow.note.content"]
-    steps = df[df["tags.nnbench.ab"] == "true"]
-    assert set(steps["tags.mlflow.parentRunId"]) == {parent["run_id"]} and len(steps) == len(b.steps)
-    points = df[df["tags.nnbench.ab_point"] == "true"]
-    assert set(points["tags.mlflow.parentRunId"]) == set(steps["run_id"]) and set(points["status"]) == {"FINISHED"}
-    kept = mlflow.artifacts.load_dict(f"runs:/{points['run_id'].iloc[0]}/bursts.json")
-    assert len(kept["pairs"]) == 6 and all(len(p["a"]) == len(p["b"]) == DESIGN.rounds for p in kept["pairs"])
+    for _, _, _, under, overrides in said["steps"]:  # each step: the paired sweep along the environments
+        assert under == parent["run_id"] and "report.along=runtime.python" in overrides
+        assert {"bench.processes=6", "bench.max_processes=12", "bench.rounds=3"} <= set(overrides)
 
 
-def test_no_change_between_the_ends_stops_there(planted, paired_store, capsys):
-    planted({v: 1.0 for v in VERSIONS}, 0.01)
+def test_no_change_between_the_ends_stops_there(planted_steps, paired_store, capsys):
+    said = planted_steps({v: 1.0 for v in VERSIONS}, 0.01)
     b = bisected(paired_store)
     assert b.run() == 0
     assert "no change found: the ends 1.0 and 1.4 don't differ (×1.000" in capsys.readouterr().out
-    assert len(b.steps) == 1
+    assert [(va, vb) for va, vb, *_ in said["steps"]] == [("1.0", "1.4")]
 
 
-def test_an_inconclusive_step_adds_pairs_then_stops_in_one_line(planted, paired_store, capsys):
-    """1.1 reads 2% slower than 1.0 with pairs 3% apart: neither beyond 3% nor within it at 12 pairs. The ends
+def test_an_inconclusive_step_stops_in_one_line(planted_steps, paired_store, capsys):
+    """1.1 reads 2% slower than 1.0 with trials 3% apart: neither beyond 3% nor within it at 12 pairs. The ends
     (6% apart) moved the range; the bisect names the step and where the change lies, and exits 1."""
-    said = planted({"1.0": 1.0, "1.1": 1.02, "1.2": 1.06, "1.3": 1.06, "1.4": 1.06}, 0.03)
+    said = planted_steps({"1.0": 1.0, "1.1": 1.02, "1.2": 1.06, "1.3": 1.06, "1.4": 1.06}, 0.03)
     b, t0 = bisected(paired_store), time.time()
     assert b.run() == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("inconclusive")]
     assert line.startswith("inconclusive: 1.1 against the start 1.0: ×1.020 ["), line
     assert "inconclusive, 12 pairs, neither beyond nor within ±3%" in line and "(1.0..1.2): not guessing" in line
-    assert "first changed" not in out
-    assert [n for va, vb, n in said["pairs"] if vb == "1.1"] == list(range(12))  # 6, then 3 and 3 more
+    assert "raise --max-pairs (now 12)" in line and "first changed" not in out
+    assert [n for _, vb, n, *_ in said["steps"] if vb == "1.1"] == [DESIGN.max_pairs]
     df = runs_since(paired_store, t0)
     (parent,) = df[df["tags.nnbench.bisect"] == "true"].to_dict("records")
     assert parent["status"] == "FINISHED" and parent["tags.verdict"] == "inconclusive"
     assert parent["tags.first_changed"] == "none" and line in parent["tags.mlflow.note.content"]
 
 
-def test_an_interrupt_in_a_step_ends_the_bisect_killed(planted, paired_store, monkeypatch):
-    planted({v: 1.0 for v in VERSIONS}, 0.01)
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(pairs, "run_pair", interrupted)
+def test_an_interrupted_step_ends_the_bisect_killed_and_says_nothing_more(planted_steps, paired_store, capsys):
+    """A step's sweep stopped by a signal (it said so in its own line, exit 130): the bisect stops searching, ends
+    its parent KILLED and returns 130 without a line of its own."""
+    said = planted_steps({v: 1.0 for v in VERSIONS}, 0.01)
+    said["code"] = 130
     b, t0 = bisected(paired_store), time.time()
     assert b.run() == 130
+    assert len(said["steps"]) == 1 and not capsys.readouterr().err
     df = runs_since(paired_store, t0)
-    assert set(df[df["tags.nnbench.bisect"] == "true"]["status"]) == {"KILLED"}
-    assert "RUNNING" not in set(df["status"])
+    assert list(df["status"]) == ["KILLED"] and list(df["tags.nnbench.bisect"]) == ["true"]
+
+
+@pytest.mark.slow
+def test_a_planted_regression_is_found_and_placed(planted, tmp_path):
+    """nnbench-planted 1.0.1..1.2 (1.1 and 1.2 do 30% more work than 1.0.1): the ends are compared paired, then 1.1
+    against the start, which is the first changed version's step too: two paired sweeps, nested under the bisect's
+    parent, the regression placed at 1.1."""
+    uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
+    with planted.offline():
+        r = nnbench("bisect", [plant.PROJECT, "1.0.1..1.2", "--index-url", planted.url, *PLANTED_POINT, "--pairs", "2",
+                               "--max-pairs", "6", "--bursts", "5", "--threshold", "10%", "--uri", uri], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    head = next(ln for ln in r.stdout.splitlines() if ln.startswith("first changed at"))
+    assert head.startswith(f"first changed at {plant.PROJECT} 1.1 (1.0.1 → 1.1): ×") and ", slower, " in head, head
+    assert "2 paired comparisons, measuring 3 of 3 versions (1.0.1, 1.1, 1.2)" in r.stdout, r.stdout[-3000:]
+    df = runs_since(uri, 0)
+    (bisect,) = df[df["tags.nnbench.bisect"] == "true"].to_dict("records")
+    assert bisect["status"] == "FINISHED" and bisect["tags.first_changed"] == "1.1"
+    assert bisect["tags.verdict"] == "slower"
+    steps = df[df["tags.nnbench.sweep"] == "true"]
+    assert len(steps) == 2 and set(steps["tags.mlflow.parentRunId"]) == {bisect["run_id"]}
+    assert set(steps["status"]) == {"FINISHED"}
+    points = df[df["params.model"] == plant.NAME]
+    assert set(points["status"]) == {"FINISHED"}
+    assert set(points["tags.mlflow.parentRunId"]) == set(steps["run_id"]) and len(points) == 4
+    assert sorted(points["tags.nnbench_planted_version"]) == ["1.0.1", "1.0.1", "1.1", "1.2"]
+    slower = points[points["tags.inference_verdict"] == "slower"]
+    assert sorted(slower["tags.nnbench_planted_version"]) == ["1.1", "1.2"]
+    assert (slower[f"metrics.inference_{PAIRED[0]}"] < 1 / 1.1).all()  # speedup: 1.0.1's time over theirs

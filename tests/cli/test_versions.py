@@ -1,20 +1,24 @@
 """Following releases: `nnbench versions --unpaired`, `bisect --unpaired` and `history` end to end on a planted
-regression served by a local package index (no network), a second real jax release, versions' paired comparisons of
-adjacent versions, and their error lines. (bisect's paired search: tests/cli/test_bisect.py.)"""
+regression served by a local package index (no network), a second real jax release; `versions` paired (the default):
+one paired sweep along the environments, each version against the one before it, on nnbench-planted's network, its
+verdicts, its gate and the history it leaves; and their error lines. (bisect paired: tests/cli/test_bisect.py.)"""
+import json
 import subprocess
 import sys
 
+import mlflow
 import pandas as pd
 import pytest
 
 from experiments.cli import main
-from experiments.selfcheck import planted
-from tests.helpers import nnbench, run, runs
+from experiments.selfcheck import planted as plant
+from tests.cli.conftest import PLANTED_POINT
+from tests.helpers import nnbench, run, runs, with_store
 
 VERSIONS = [f"1.{i}" for i in range(8)]
 # The planted package's own runner in each environment (an external runner: unpaired only): one point, its op 28 ms
 # (20 + 32/4), 5 processes a version, no machine check before each sweep (it measures nothing the test reads).
-POINT = ["framework=external", "external.name=planted", f"external.command='{planted.COMMAND}'", "ops=[inference]",
+POINT = ["framework=external", "external.name=planted", f"external.command='{plant.COMMAND}'", "ops=[inference]",
          "batch_size=32", "bench=quick", "bench.processes=5", "bench.machine_check_s=0"]
 # A tiny torch point, for paired comparisons (an external runner can't be paired): each environment's interpreter
 # imports torch from this one (nnbench-base.pth).
@@ -30,8 +34,8 @@ def offline(monkeypatch, tmp_path):
     for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
                 "UV_FIND_LINKS"):
         monkeypatch.delenv(var, raising=False)
-    wheels = planted.wheels(tmp_path / "wheels", planted.steps(VERSIONS, "1.5", 1.3))
-    return planted.index(wheels, tmp_path / "index")
+    wheels = plant.wheels(tmp_path / "wheels", plant.steps(VERSIONS, "1.5", 1.3))
+    return plant.index(wheels, tmp_path / "index")
 
 
 @pytest.mark.slow
@@ -43,6 +47,7 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert sorted(df["tags.nnbench_planted_version"]) == sorted(df["params.nnbench_planted_version"]) == VERSIONS
+    assert set(df["tags.design"]) == {"unpaired"}
     assert df["tags.env_fingerprint"].nunique() == 8 and set(df["tags.env_changes"]) == {
         f"nnbench-planted (none)→{v}" for v in VERSIONS}
     in_order = df.sort_values("start_time")["tags.nnbench_planted_version"].tolist()
@@ -68,54 +73,123 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
     assert again.returncode == 0 and "measured 0 of 8 versions" in again.stdout  # versions' runs, reused
 
 
-@pytest.mark.parametrize("interrupted", [False, True])
-def test_adjacent_versions_compared_paired(paired_store, tmp_path, monkeypatch, capsys, interrupted):
-    """versions --paired: one paired comparison per adjacent pair of versions, in order, each logged under the
-    versions' parent run and printed as paired; a Ctrl-C in one ends the parent KILLED (130) and compares no more.
-    (The comparisons' own measuring and logging are nnbench ab's, tested in tests/cli/test_ab.py; here they stand
-    in, so that three environments cost nothing to build.)"""
+@pytest.fixture(scope="module")
+def compared(planted, tmp_path_factory):
+    """`nnbench versions nnbench-planted==1.0,1.0.1,1.1` on the planted network, gated, as JSON: one paired sweep along
+    the environments, 1.0.1 against 1.0 (the same work: A/A) and 1.1 against 1.0.1 (30% more). Its process and
+    store."""
+    tmp = with_store(tmp_path_factory.mktemp("versions"))
+    with planted.offline():
+        r = nnbench("versions", [f"{planted_spec('1.0', '1.0.1', '1.1')}", "--index-url", planted.url, *PLANTED_POINT,
+                                 *PAIRED_DESIGN, "--fail-on-regression", "--json"], tmp)
+    return r, f"sqlite:///{tmp}/mlruns/mlflow.db"
+
+
+def planted_spec(*versions: str) -> str:
+    return f"{plant.PROJECT}=={','.join(versions)}"
+
+
+# Two pairs at first, up to six while a cell is unsettled; no change within ±10%, so that an A/A can't cross it and
+# the planted 30% can't miss it.
+PAIRED_DESIGN = ["--pairs", "2", "--max-pairs", "6", "--bursts", "5", "--threshold", "10%"]
+
+
+@pytest.mark.slow
+def test_adjacent_versions_are_compared_in_one_paired_sweep(compared):
+    """Each version against the one before it: 1.0.1 over 1.0 not slower, 1.1 over 1.0.1 slower; --json prints the
+    verdicts (nnbench.paired/1) and the versions' parent run, --fail-on-regression exits 1 naming only 1.1's cell."""
+    r, _ = compared
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert got["schema"] == "nnbench.paired/1" and got["command"] == "versions" and got["exit"] == 0
+    assert got["specs"] == [f"{plant.PROJECT}=={v}" for v in ("1.0", "1.0.1", "1.1")]
+    label = f"torch-eager fp32 runtime.python={plant.PROJECT}=="
+    cells = {(c["baseline"].removeprefix(label), c["variant"].removeprefix(label)): c for c in got["cells"]}
+    assert set(cells) == {("1.0", "1.0.1"), ("1.0.1", "1.1")}
+    aa, slower = cells[("1.0", "1.0.1")], cells[("1.0.1", "1.1")]
+    assert aa["verdict"] in ("no change", "inconclusive") and 0.9 < aa["ratio"] < 1.1, aa
+    assert slower["verdict"] == "slower" and slower["ratio"] > 1.1, slower
+    assert all((c["model"], c["op"], c["batch_size"]) == (plant.NAME, "inference", 32) for c in cells.values())
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"nnbench versions: error: slower: planted inference bs32 {label}1.1 over {label}1.0.1 ")
+    assert f"{label}1.0.1 over" not in last
+
+
+@pytest.mark.slow
+def test_the_paired_sweep_is_logged_under_the_versions_parent(compared):
+    """The versions' parent run holds one sweep along runtime.python, whose point runs carry each environment's
+    spec and versions; B's verdicts match what was printed."""
+    r, uri = compared
+    got = json.loads(r.stdout)
+    mlflow.set_tracking_uri(uri)
+    df = mlflow.search_runs(experiment_names=["nnbench"])
+    (parent,) = df[df["tags.nnbench.versions"] == "true"].to_dict("records")
+    assert parent["run_id"] == got["parent_run_id"] and parent["status"] == "FINISHED"
+    assert parent["params.paired"] == "true"
+    (sweep,) = df[df["tags.nnbench.sweep"] == "true"].to_dict("records")
+    assert sweep["tags.mlflow.parentRunId"] == parent["run_id"] and sweep["status"] == "FINISHED"
+    points = df[df["params.model"] == plant.NAME]
+    assert set(points["tags.mlflow.parentRunId"]) == {sweep["run_id"]} and set(points["status"]) == {"FINISHED"}
+    assert sorted(points["tags.nnbench_planted_version"]) == ["1.0", "1.0.1", "1.1"]
+    assert sorted(points["tags.env_spec"]) == [f"{plant.PROJECT}=={v}" for v in ("1.0", "1.0.1", "1.1")]
+    assert set(points["params.config.report.along"]) == {"runtime.python"}
+    judged = points.set_index("run_id").loc[[c["run_id"] for c in got["cells"]]]
+    assert list(judged["tags.inference_verdict"]) == [c["verdict"] for c in got["cells"]]
+
+
+@pytest.mark.slow
+def test_history_reads_what_the_paired_versions_stored(compared, tmp_path):
+    """`nnbench history --by nnbench_planted_version` after the paired versions: the one point along the three
+    versions, from the runs under the versions' parent."""
+    _, uri = compared
+    h = nnbench("history", ["--by", "nnbench_planted_version", "--json", "--uri", uri], tmp_path)
+    assert h.returncode == 0, h.stderr[-3000:]
+    got = json.loads(h.stdout)
+    assert got["values"] == ["1.0", "1.0.1", "1.1"]
+    assert [(p["model"], p["variant"], p["value"], p["runs"]) for p in got["points"]] == [
+        (plant.NAME, "torch-eager fp32", v, 1) for v in ("1.0", "1.0.1", "1.1")]
+
+
+@pytest.mark.slow
+def test_an_a_a_pair_of_versions_passes_the_gate(planted, tmp_path):
+    """1.0 and 1.0.1 do the same work: no cell is slower, and --fail-on-regression exits 0 with the table printed."""
+    with planted.offline():
+        r = nnbench("versions", [planted_spec("1.0", "1.0.1"), "--index-url", planted.url, *PLANTED_POINT,
+                                 *PAIRED_DESIGN, "--fail-on-regression"], with_store(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not [ln for ln in r.stderr.splitlines() if ln.startswith("nnbench")], r.stderr[-3000:]
+    table = r.stdout[r.stdout.index("paired: each B over its A (above 1: B is slower)"):]
+    (row,) = [ln for ln in table.splitlines() if ln.startswith(f"| {plant.NAME}")]
+    assert "| slower " not in row and ("| no change " in row or "| inconclusive " in row), row
+
+
+def test_a_paired_sweep_stopped_by_a_signal_ends_the_versions_killed(paired_store, monkeypatch, capsys):
+    """A Ctrl-C passed on to the paired sweep: the sweep said so in its own line and exited 130; versions closes its
+    parent KILLED and adds no line, and main() then exits 130. (The sweep stands in: its own interrupt is
+    tests/cli/test_ab.py's.)"""
     import argparse
     import time
     from types import SimpleNamespace
 
-    import mlflow
+    from experiments.cli import versions
+    from experiments.compare import paired
 
-    from experiments.cli import ab, versions
-
-    seen = []
-    monkeypatch.setattr(ab, "checked", lambda key, vs, overrides, labels: ab.Comparison(
-        key, tuple(vs), tuple(labels), overrides, ([], [])))
-
-    def measured(comparison, design, threshold, alpha, out, logged, prog):
-        seen.append(comparison.labels)
-        if interrupted and len(seen) == 2:
-            logged.close("KILLED", [], "interrupted")
-            return None
-        row = {"point": {"model": "mlp_relu", "op": "inference", "batch_size": 2}, "a": comparison.labels[0],
-               "b": comparison.labels[1], "ratio": 1.01, "interval": [0.99, 1.03], "verdict": "inconclusive",
-               "pairs": 2, "skipped": None, "oversubscribed": {}}
-        logged.close("FINISHED", [row])
-        return [row]
-
-    monkeypatch.setattr(ab, "measure", measured)
-    specs = [f"nnbench-planted==1.{i}" for i in range(3)]
-    built = [SimpleNamespace(python=sys.executable, spec=spec) for spec in specs]
-    a = argparse.Namespace(specs=["nnbench-planted==1.0,1.1,1.2"], overrides=TORCH, experiment="nnbench",
-                           threshold=0.03, alpha=0.05)
+    asked = []
+    monkeypatch.setattr(paired, "sweep", lambda overrides, out, uri, experiment, parent=None, quiet=False:
+                        asked.append((overrides, parent)) or 130)
+    built = [SimpleNamespace(python=f"/envs/{v}/bin/python", spec=f"{plant.PROJECT}=={v}") for v in ("1.0", "1.1")]
+    a = argparse.Namespace(specs=[f"{plant.PROJECT}==1.0,1.1"], overrides=TORCH, experiment="nnbench", json=False,
+                           fail_on_regression=True)
     t0 = time.time()
-    code = versions.compare_paired(a, paired_store, built, pairs_design())
-    assert code == (130 if interrupted else 0)
-    assert seen == list(zip(specs, specs[1:]))
-    out = capsys.readouterr().out
-    assert out.count("paired, B/A: ") == (1 if interrupted else 2)
-    assert "paired, B/A: nnbench-planted==1.1 over nnbench-planted==1.0 (above 1: slower)" in out, out
+    assert versions.compare_paired(a, paired_store, built, paired.Design(pairs=2)) == 130
+    out, err = capsys.readouterr()
+    assert not err and "paired:" not in out
+    ((overrides, parent),) = asked
+    assert overrides[0] == "runtime.python='/envs/1.0/bin/python','/envs/1.1/bin/python'"
+    assert "report.along=runtime.python" in overrides and "bench.processes=2" in overrides
     mlflow.set_tracking_uri(paired_store)
     df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"attributes.start_time >= {int(t0 * 1e3)}")
-    (parent,) = df[df["tags.nnbench.versions"] == "true"].itertuples()
-    assert parent.status == ("KILLED" if interrupted else "FINISHED")
-    compared = df[df["tags.nnbench.ab"] == "true"]
-    assert set(compared["tags.mlflow.parentRunId"]) == {parent.run_id} and len(compared) == 2
-    assert list(compared.sort_values("start_time")["status"]) == ["FINISHED", "KILLED" if interrupted else "FINISHED"]
+    assert list(zip(df["run_id"], df["status"], df["tags.nnbench.versions"])) == [(parent, "KILLED", "true")]
 
 
 @pytest.mark.parametrize("flag,paired", [([], True), (["--paired"], True), (["--unpaired"], False)])
@@ -134,12 +208,6 @@ def test_two_specs_compare_paired_unless_unpaired(offline, tmp_path, monkeypatch
     assert main(["versions", "nnbench-planted==1.0,1.1", *flag, "--pairs", "4"][:None if paired else -2] + TORCH) == 0
     ((how, design),) = took
     assert how == ("paired" if paired else "unpaired") and (design.pairs == 4 if paired else design is None)
-
-
-def pairs_design():
-    from experiments.harness import pairs
-
-    return pairs.Design(pairs=2, max_pairs=2, rounds=3)
 
 
 def points(uri):
@@ -172,7 +240,11 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
     (["versions", "nnbench-planted==1.0", "--bursts", "9", "--", *TORCH],
      "--bursts set the paired comparison of adjacent versions: give two or more versions"),
     (["versions", "nnbench-planted==1.0", "--paired", "--", *TORCH], "--paired compares adjacent versions: give two"),
-    (["versions", "nnbench-planted==1.0,1.1", "--bursts", "0", "--", *TORCH], "--bursts 0: at least 1"),
+    (["versions", "nnbench-planted==1.0,1.1", "--bursts", "0", "--", *TORCH],
+     "argument --bursts: --bursts 0 must be above 0"),
+    (["versions", "nnbench-planted==1.0,1.1", "--max-pairs", "3", "--", *TORCH],
+     "--max-pairs 3 is below --pairs 5 (bench.processes of the bench preset)"),
+    (["versions", "nnbench-planted==1.0,1.1", "--pairs", "1", "--", *TORCH], "--pairs 1: at least 2"),
     (["versions", "nnbench-planted==1.0,1.1", "--paired", "--repeats", "2", "--", *TORCH],
      "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
     (["versions", "nnbench-planted==1.0,1.1", "--", *POINT], EXTERNAL),
@@ -180,12 +252,12 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
      "argument --unpaired: not allowed with argument --paired"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--pairs", "3", *POINT],
      "--pairs set the paired comparison: drop --unpaired"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", "--unpaired", *POINT],
-     "--order set the paired comparison: drop --unpaired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", *TORCH], "unrecognized arguments: --order"),
     (["bisect", "nnbench-planted", "1.0..1.7", *POINT], EXTERNAL),
     (["bisect", "nnbench-planted", "1.0..1.7", "--repeats", "2", *TORCH],
      "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--max-pairs", "3", *TORCH], "--max-pairs 3 is below --pairs 6"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--max-pairs", "3", *TORCH],
+     "--max-pairs 3 is below --pairs 5 (bench.processes of the bench preset)"),
     (["bisect", "nnbench-planted", "1.1..1.1", *POINT], "nnbench-planted has 1 released version(s) in 1.1..1.1"),
     (["bisect", "nnbench-planted", "1.0.1.7", *POINT], "range '1.0.1.7' is not A..B"),
     (["bisect", "nnbench-nosuch", "1.0..1.7", *POINT], "cannot list the versions of nnbench-nosuch: "),
@@ -224,8 +296,8 @@ OLD_JAX = "0.10.1"
 
 @pytest.mark.slow
 def test_a_second_jax_release(tmp_path, monkeypatch):
-    """This jax and jax 0.10.1 (from the package index: skipped where it can't be had), interleaved, two rounds:
-    the versions come from the workers' own interpreters."""
+    """This jax and jax 0.10.1 (from the package index: skipped where it can't be had), unpaired, interleaved, two
+    rounds: the versions come from the workers' own interpreters."""
     import jax
 
     if jax.__version__ == OLD_JAX:
@@ -240,6 +312,7 @@ def test_a_second_jax_release(tmp_path, monkeypatch):
     df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     in_order = df.sort_values("start_time")["tags.jax_version"].tolist()
     assert in_order == [OLD_JAX, jax.__version__] * 2  # interleaved rounds
+    assert set(df["tags.design"]) == {"unpaired"}  # each point measured by processes of its own, as Welch's t reads
     assert df["tags.env_fingerprint"].nunique() == 2 and set(df["tags.env_spec"]) == {
         f"jax=={OLD_JAX}", f"jax=={jax.__version__}"}
     assert set(df[df["tags.jax_version"] == OLD_JAX]["tags.jaxlib_version"]) == {OLD_JAX}  # jaxlib came along

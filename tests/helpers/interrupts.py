@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from tests.helpers import ROOT, user_env
 
@@ -62,3 +63,22 @@ def interrupted(argv: list[str], after_s: float | None, signum: int = signal.SIG
         proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, [ln for ln in err.splitlines() if ln.strip() and not PROGRESS.fullmatch(ln)], out
+
+
+
+def during(argv: list[str], moment: Callable[[], bool], act: Callable[[subprocess.Popen], None],
+           **extra_env: str) -> tuple[int, list[str], str]:
+    """`nnbench ARGV` in a process of its own (`extra_env` added to its environment), `act` done to it once
+    `moment()` holds (a file the command writes then; polled): its exit code, its stderr's lines, its stdout.
+    AssertionError where the command ends before that moment."""
+    proc = subprocess.Popen([sys.executable, "-m", "experiments", *argv], cwd=ROOT, env=user_env(**extra_env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=foreground)
+    while not moment():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"nnbench {' '.join(argv)} ended ({proc.returncode}) before its moment: {err[-2000:]}")
+        time.sleep(0.05)
+    act(proc)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, [ln for ln in err.splitlines() if ln.strip()], out

@@ -95,3 +95,33 @@ def test_paired_overrides_must_make_one_point():
     """The overrides go to the planted point in every environment: two batch sizes are one line, exit 2."""
     code, err = calibrate_says("--paired", "--repeats", "2", "batch_size=8,32")
     assert code == 2 and len(err) == 1 and "give one point" in err[0], err
+
+
+def test_paired_comparisons_go_through_the_two_sided_engine(monkeypatch, tmp_path):
+    """calibrate --paired compares the first planted version with each other one through `pairs.compare` (two
+    sides), `n` times, with its flags' design and a seed per round; each case keeps what the engine's judge said.
+    (The trials stand in: every round of a trial reads B/A as the versions' slowdowns say.)"""
+    from experiments.common.protocol import Burst, Prepared
+    from experiments.harness import pairs
+
+    def trial(index: int, b_over_a: float) -> pairs.Trial:
+        return pairs.Trial(index, [pairs.Turn(prepared=Prepared("ok"), bursts=[Burst([t] * 5) for _ in range(3)])
+                                   for t in (1e-3, 1e-3 * b_over_a)])
+
+    asked = []
+
+    def compare(a, b, design, judge, directory, on_trial=None):
+        asked.append((a, b, design))
+        c = pairs.Compared(pairs.Cell(32, "inference"), [trial(k, calibrate.PAIRED[b] / calibrate.PAIRED[a])
+                                                         for k in range(design.trials)])
+        return [pairs.Judged(c, judge([c.log_ratios(1, 0)])[0])]
+
+    monkeypatch.setattr(pairs, "compare", compare)
+    monkeypatch.setattr(pairs.Side, "of", classmethod(lambda cls, job, label, cache=None: label))
+    said = calibrate.paired_comparisons(dict.fromkeys(calibrate.PAIRED), 2, 3, 5, tmp_path)
+    assert [(a, b) for a, b, _ in asked] == [("1.0", "1.0.1"), ("1.0", "1.0.5"), ("1.0", "1.1")] * 2
+    assert {(d.trials, d.max_trials, d.rounds) for *_, d in asked} == {(3, 6, 5)}
+    assert [d.seed for *_, d in asked] == [0, 0, 0, 1, 1, 1]
+    assert [str(v.verdict) for v, _ in said["A/A"]] == ["no change"] * 2 and said["aa_log_ratios"] == [[0.0] * 3] * 2
+    assert [str(v.verdict) for v, _ in said[1.05] + said[1.1]] == ["slower"] * 4
+    assert said[1.1][0][0].ratio == pytest.approx(1.1) and said[1.1][0][0].pairs == 3

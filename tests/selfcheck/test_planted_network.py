@@ -86,17 +86,16 @@ def test_each_environment_s_version_decides_the_work_in_its_step(built):
 
 @pytest.mark.slow
 def test_one_paired_worker_per_environment_times_its_own_version(built, tmp_path):
-    """ab's engine, one pair: each worker reports its own environment's version, and the version with 3x the
-    matmuls reads slower (a ratio, side by side, not a time)."""
+    """The paired engine, two sides and one trial (`pairs.compare`): each worker reports its own environment's
+    version, and the version with 3x the matmuls reads slower (a ratio, side by side, not a time)."""
     config.register([str(e.python) for e in built.values()])
     # 256 wide, one thread: each call's matmuls outweigh the step's fixed cost and another program's thread waits
     job = {v: commandline.explained(["-m", f"model={planted.NAME}", "model.n=256", "model.depth=10", "batch_size=4",
                                      "ops=[inference]", "framework=torch", "framework.threads=1", "parity=false",
                                      f"runtime.python='{e.python}'"]).jobs[0] for v, e in built.items()}
     (c,) = pairs.compare(pairs.Side.of(job["1.0"], "1.0"), pairs.Side.of(job["3.0"], "3.0"),
-                         pairs.Design(rounds=20, pairs=1, max_pairs=1), judge_pairs, tmp_path)
-    (pair,) = c.pairs
-    assert pair.ok, pair.failure
-    assert (pair.a.environment["nnbench_planted_version"], pair.b.environment["nnbench_planted_version"]) == \
-        ("1.0", "3.0")
-    assert math.exp(pair.log_ratio) > 1.5
+                         pairs.Design(rounds=20, trials=1, max_trials=1), judge_pairs, tmp_path)
+    (trial,) = c.compared.trials
+    assert trial.failure is None and all(t.ok for t in trial.turns), trial.failure
+    assert [t.ready.environment["nnbench_planted_version"] for t in trial.turns] == ["1.0", "3.0"]
+    assert math.exp(trial.log_ratio(1, 0)) > 1.5 and c.log_ratios == [trial.log_ratio(1, 0)]
