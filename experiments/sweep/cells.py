@@ -375,8 +375,8 @@ def progress(group: Group):
 
     def said(c: pairs.Compared, t: pairs.Trial) -> None:
         tick = group.kept[group.live[0]].tick(len(group.sides))
-        medians = [f"{group.names[j]} {float(np.median([x for b in turn.bursts for x in b.samples_s])) * 1e3:.4g} ms"
-                   for j, turn in zip(group.live, t.turns) if turn.ok]
+        medians = [f"{group.names[s]} {float(np.median([x for b in turn.bursts for x in b.samples_s])) * 1e3:.4g} ms"
+                   for s, turn in enumerate(t.turns) if turn.ok]
         what = f"FAILED: {t.failure}" if t.failure else ", ".join(medians) or "skipped"
         log.info("%s %s %s bs%d, trial %d: %s", tick, model, c.cell.op, c.cell.batch_size, t.index + 1, what)
     return said
