@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_pairing(p, "judge each probed version's sweep by Welch's t on per-process medians instead (fast, reuses "
                    "stored runs, finds only large changes here; the way for framework=external)")
     add_design(p, verdict=False)
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1, naming it, where the first changed version is slower")
     add_environments(p)
 
 
@@ -269,12 +272,17 @@ class Bisect:
         except Interrupted:
             tracking.set_status(self.uri, self.parent, "KILLED")
             return INTERRUPTED
-        except BaseException:
-            tracking.set_status(self.uri, self.parent, "KILLED")
+        except BaseException as e:
+            tracking.set_status(self.uri, self.parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
         code = self.report(found, note)
+        answer = self.answer(found, note)
         if hasattr(a, "answer"):  # --json
-            a.answer.update(self.answer(found, note))
+            a.answer.update(answer)
+        if code == OK and a.fail_on_regression and answer.get("verdict") == "slower":
+            print(f"nnbench bisect: error: slower from {a.package} {answer['first_changed']} on (its parent run "
+                  f"{self.parent})", file=sys.stderr)
+            return LOST
         return code
 
     def params(self) -> dict:
