@@ -64,7 +64,7 @@ def planted_steps(monkeypatch):
 
 def bisected(uri: str):
     """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v>."""
-    a = SimpleNamespace(package=plant.PROJECT, range="1.0..1.4", overrides=PLANTED_POINT, experiment="nnbench",
+    a = SimpleNamespace(fail_on_regression=False, package=plant.PROJECT, range="1.0..1.4", overrides=PLANTED_POINT, experiment="nnbench",
                         threshold=DESIGN.threshold, alpha=DESIGN.alpha, repeats=1, json=False)
     job = SimpleNamespace(config=SimpleNamespace(model={"name": plant.NAME}), variant="torch-eager fp32",
                           points=[SimpleNamespace(batch_size=32, ops=("inference",))])
