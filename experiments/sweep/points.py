@@ -10,7 +10,6 @@ import math
 import signal
 import time
 import traceback
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,16 +21,15 @@ import yaml
 from experiments.common.config import logged
 from experiments.common.errors import first_line
 from experiments.common.job import Job
-from experiments.common.protocol import PARTS, Json, OpResult, Point, PointResult, Request, Stats
+from experiments.common.protocol import Json, OpResult, Point, PointResult, Request
 from experiments.harness import external, manager
 from experiments.measure.backends import Unsupported, validate_side
 from experiments.measure.machine import MachineCheck, prior
 from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
-from experiments.measure.verdict import PairedComparison
 from experiments.store import records
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
-from experiments.sweep import interrupts, requeue
+from experiments.sweep import console, interrupts, requeue
 
 log = logging.getLogger("nnbench")
 EXTERNAL = "framework=external runs a runner in another language: nnbench profiles only its own backends"
@@ -441,55 +439,8 @@ def profile(kept: Points, measure: Callable) -> None:
 
 
 def summary(kept: Kept) -> str:
-    """One readable line per point for the console."""
-    r = kept.reading
-    if r.failure is not None:
-        return "FAILED: " + r.failure.splitlines()[0]
-    parts = [said for op in r.point.ops if (said := op_line(r, op))]
-    if r.paired is not None and r.paired.ops:
-        parts.append(f"vs {r.paired.baseline}: " + ", ".join(f"{op} {compared(c)}" for op, c in r.paired.ops.items()))
-    if r.noisy:
-        parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
-    parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
-    if r.replaced:
-        times = Counter(x.process for x in r.replaced)
-        which = ", ".join(f"{n}" + (f" ({k} times)" if k > 1 else "") for n, k in times.items())
-        parts.append(f"REMEASURED process {which}: read far off while other programs ran")
-    if r.unstable:
-        parts.append(f"UNSTABLE: {r.hint}")
-    status = kept.record.tags.get("profile")
-    if status not in (None, "ok"):
-        parts.append(f"profile {status}: {kept.record.tags['profile_reason'].splitlines()[0]}")
-    for op, p in ((op, o.profile) for op, o in (kept.profile.ops.items() if kept.profile else ()) if o.profile):
-        share = {part: p.parts_s.get(part, 0.0) for part in PARTS}
-        top = max(share, key=share.get)
-        parts.append(f"{op} profiled: {p.wall_s * 1e3:.3f} ms ({p.wall_s / r.ops[op].stats.median_s:.2f}× the "
-                     f"median), most in {top} ({share[top] * 1e3:.3f} ms)")
-    return "; ".join(parts)
-
-
-def op_line(r: Reading, op: str) -> str:
-    """An op's part of the console line: its time and interval, or why it has none ("" for an op not read)."""
-    if op in r.ops:
-        return timed(op, r.ops[op].stats)
-    if op in r.unmeasured:
-        return f"{op} UNMEASURED: {r.unmeasured[op].reason}"
-    return f"{op} skipped ({r.skipped[op]})" if op in r.skipped else ""
-
-
-def compared(c: PairedComparison) -> str:
-    """A paired comparison in words, its interval on the same side: `1.51× slower [1.47, 1.55]`, `1.22× faster
-    [1.18, 1.26]`, `1.01× slower [0.99, 1.03], no change`."""
-    r, lo, hi, word = c.ratio, c.ci_low, c.ci_high, "slower"
-    if r < 1:
-        r, lo, hi, word = 1 / r, 1 / hi, 1 / lo, "faster"
-    if lo != lo:  # one trial: no interval, no verdict
-        return f"{r:.3g}× {word} (one trial: no interval)"
-    return f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if c.verdict.changed else f", {c.verdict}")
-
-
-def timed(op: str, s: Stats) -> str:
-    return f"{op} {s.median_s * 1e3:.3f} ms [{s.ci95_low_s * 1e3:.3f}, {s.ci95_high_s * 1e3:.3f}]"
+    """One readable line per point for the console (`console.point_line`)."""
+    return console.point_line(kept.reading, kept.record.tags, kept.profile)
 
 
 def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
