@@ -195,6 +195,10 @@ class Compared(Json):
         failed = self.failed()
         return None in failed or len(failed) >= sides
 
+    def measured(self) -> int:
+        """Its trials that no worker failed in: a failed trial measured nothing for the sides left."""
+        return sum(t.failure is None for t in self.trials)
+
 
 def letter(i: int) -> str:
     return chr(ord("A") + i)
@@ -470,9 +474,11 @@ class Session:
                     s.close()
 
     def unsettled(self, settled: Settled) -> list[int]:
-        """The cells that get one more trial: unsettled, a side left to measure them, fewer than max_trials."""
+        """The cells that get one more trial, while a side is left to measure them: unsettled ones, up to max_trials
+        trials that measured them; and those that failed trials left unmeasured (the failed side sits them out, so
+        the sides left measure them: else one failure in a sweep of one trial would leave them nothing)."""
         return [i for i, (c, ok) in enumerate(zip(self.compared, settled(self.compared)))
-                if not ok and not c.done(len(self.sides)) and len(c.trials) < self.design.max_trials]
+                if not c.done(len(self.sides)) and c.measured() < (1 if ok else self.design.max_trials)]
 
     def trial(self, which: list[int], servers: list) -> None:
         """One fresh trial over the cells `which` that a side is left to measure, in order (reversed in odd trials,

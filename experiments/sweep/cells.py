@@ -144,10 +144,11 @@ class Group:
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:
-        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci."""
+        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci; not for
+        one whose side failed on it (that side sits the cell out: more trials can't settle it)."""
         judged = self.judged(compared)
-        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, _ in self.pairs_on(c))
-                for i, c in enumerate(compared)]
+        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, b in self.pairs_on(c)
+                    if not {s, b} & c.failed()) for i, c in enumerate(compared)]
 
     def keep(self, compared: list[pairs.Compared], interrupted: str | None = None) -> None:
         """Each job's points from the trials, judged against their base, passed on to its collector (saved as
