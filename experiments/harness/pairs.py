@@ -505,6 +505,8 @@ class Session:
             trial = run_cell(workers, c.cell, self.design, index, self.rng, c.failed())
         except PairFailed as e:
             self.checkpoint()  # a signal killed the workers: not a fault of this cell
+            if e.side is not None:  # hung, or would not stop: killed, not asked to end (30 s more of waiting)
+                workers.live[e.side].kill()
             trial = Trial(index, [Turn(ready=r) for r in workers.ready], failure=str(e), failed_side=e.side,
                           stderr_tail=self.tails(index))
         self.keep(i, trial)
