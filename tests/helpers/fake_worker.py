@@ -6,8 +6,8 @@ FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks 
 FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the request takes ten minutes (a point an
 interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
 numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the job has saved the first
-point, fill the disk holding PATH before measuring the next one (paired: before preparing a cell, once the sweep
-has saved a point: a later group's worker fills it).
+point, fill the disk holding PATH before measuring the next one (paired: as it prepares its first cell, once the
+sweep has saved a point, so a later group's worker fills it; at once where the sweep does not write to that disk).
 
 A profile request (profile=true) is answered with a made-up profile per op; its files hold the point's record.json
 as the profiling worker found it (`record-before-profiling.json`: saved before any profiling starts). With
@@ -46,9 +46,11 @@ def saved() -> bool:
     return any(next(d.glob("points/*/record.json"), None) for d in results.parents[:2])
 
 
-def sweep_saved() -> bool:
-    """Whether the sweep has saved a point (this paired worker is <sweep>/<job>/trials/trial-<n>/)."""
-    return next(results.parents[3].glob("*/job-*/points/*/record.json"), None) is not None
+def sweep_saved(disk: Path) -> bool:
+    """Whether the sweep has saved a point (this paired worker is <sweep>/<job>/trials/trial-<n>/), or `disk` is one
+    the sweep does not write to (a tracking server's): then it can fill at once."""
+    other = disk.parent.stat().st_dev != results.parent.stat().st_dev
+    return other or next(results.parents[3].glob("*/job-*/points/*/record.json"), None) is not None
 
 
 def fill_disk(path: Path, wait: bool = True) -> None:
@@ -126,8 +128,9 @@ def serve_paired() -> None:
             if command.do == "prepare":
                 if prepared >= good:
                     misbehave()
-                if "FAKE_FILL_DISK" in os.environ and prepared == 0 and sweep_saved():
-                    fill_disk(Path(os.environ["FAKE_FILL_DISK"]), wait=False)
+                disk = Path(os.environ.get("FAKE_FILL_DISK", ""))
+                if "FAKE_FILL_DISK" in os.environ and prepared == 0 and sweep_saved(disk):
+                    fill_disk(disk, wait=False)
                 time.sleep(600 if str(prepared) == os.environ.get("FAKE_LONG_POINT")
                            else float(os.environ.get("FAKE_DELAY_S", "0")))
                 prepared, batch = prepared + 1, command.batch_size

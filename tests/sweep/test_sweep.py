@@ -107,7 +107,8 @@ def test_readme_sweep_is_paired(readme_sweep):
     for bs in (2, 8, 32, 128):  # a line per cell and trial, each variant's median in it
         assert re.search(f"lenet inference bs{bs}, trial 1: jax-jit fp32 [\\d.]+ ms, torch-eager fp32 [\\d.]+ ms", out)
     said = r"[\d.]+× (faster|slower) \(one trial: no interval\)"
-    assert re.search(f"lenet · jax-jit · fp32 · bs32: .*; vs torch-eager fp32: inference {said}, training {said}", out)
+    assert re.search(f"lenet · jax-jit · fp32 · bs32: .*; vs torch-eager fp32: inference {said}, training {said}",
+                     out)
 
 
 @pytest.mark.slow
