@@ -6,10 +6,11 @@ import time
 import pytest
 
 from experiments.harness import manager
-from experiments.sweep import cells, points, preflight
+from experiments.sweep import points, preflight
 from experiments.common.protocol import Point, Request, Setup
 from tests.helpers import budget
 from tests.helpers.faults import processes_under
+from tests.helpers.groups import measured_together
 
 
 def request(n_points: int) -> Request:
@@ -87,9 +88,7 @@ def test_a_fault_on_a_cell_fails_only_its_sides_point(tmp_path, fake_python, mon
     jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "batch_size=2", "bench=quick",
                                                    "bench.timeout_s=2", f"runtime.python={fake_python}")))
             for fw in ("jax", "torch")]
-    kept = [points.Points(job, tmp_path / f"job-{i}", ticks=False) for i, job in enumerate(jobs)]
-    cells.run_group(jobs, kept, tmp_path, [None, None], None)
-    (jax,), (torch,) = (k.records for k in kept)
+    (jax,), (torch,) = (k.records for k in measured_together(jobs, tmp_path))
     assert jax.outcome == "failed" and jax.status == "FAILED" and jax.tags["failure_reason"].startswith(reason)
     if fault == "raise":
         assert "CUDA error: out of memory" in jax.stderr

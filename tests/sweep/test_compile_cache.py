@@ -3,7 +3,8 @@ compiles (or loads) exactly once, and first_call_s is the cold one. Paired, a gr
 workers load what the first compiled, as the unpaired engine's processes do)."""
 import pytest
 
-from experiments.sweep import cells, points, preflight
+from experiments.sweep import points, preflight
+from tests.helpers.groups import measured_together
 
 
 def job(make_cfg, *overrides):
@@ -17,9 +18,7 @@ def measured(this, tmp_path, cache):
     if not this.config.bench.paired:
         (rec,) = points.run_job(this, tmp_path / "job", cache=cache).records
         return rec
-    kept = points.Points(this, tmp_path / "job", ticks=False)
-    cells.run_group([this], [kept], tmp_path, [cache], None)
-    (rec,) = kept.records
+    ((rec,),) = (k.records for k in measured_together([this], tmp_path, [cache]))
     return rec
 
 
