@@ -273,6 +273,30 @@ def test_two_trials_give_each_speedup_its_interval_and_verdict(tmp_path, fake_py
 
 
 @pytest.mark.slow
+def test_unpaired_sweep_measures_each_job_on_its_own(tmp_path, fake_python):
+    """bench.paired=false, the engine before pairing: each job measures its own points in bench.processes workers one
+    after another, in its own dir, and the answer marks its speedups unpaired."""
+    r = run(["-m", "framework=jax,torch", "model=mlp_relu", "batch_size=8", "ops=[inference]", "bench=quick",
+             "bench.processes=2", "bench.paired=false", f"runtime.python={fake_python}"], cwd=with_store(tmp_path),
+            FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for mode in ("jax-jit", "torch-eager"):  # a line per worker, the point's numbers once its last one is done
+        assert f"mlp_relu · {mode} · fp32 · bs8: process 1 of 2 measured" in r.stdout
+        assert f"mlp_relu · {mode} · fp32 · bs8: inference 0.800 ms [0.800, 0.800]" in r.stdout
+    assert "[4/4, ETA 0:00]" in r.stdout and "trial 1" not in r.stdout and "measured with job 0's" not in r.stdout
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")
+    assert sorted(p.parents[2].name for p in sweep_dir.glob("*/points/*/record.json")) == ["0", "1"]
+    assert not list(sweep_dir.glob("*/trials")) and not list(sweep_dir.glob("*/job-*"))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    df = runs(uri)
+    assert set(df["tags.design"]) == {"unpaired"} and "tags.compared_with" not in df
+    assert set(df["tags.parity"]) == {"unchecked"} and set(df["tags.flops_source"]) == {"dsl"}  # as a paired job's
+    assert set(df["metrics.inference_median_s"]) == {8e-4} and "metrics.inference_speedup" not in df
+    headline = MlflowClient(uri).get_run(runs(uri, parents=True)["run_id"].iloc[0]).data.tags["nnbench.headline"]
+    assert headline == "jax-jit fp32 vs torch-eager fp32: inference as fast (unpaired) †"
+
+
+@pytest.mark.slow
 def test_tracking_server_via_environment(tmp_path):
     port = free_port()
     server = serve(f"sqlite:///{with_store(tmp_path, 'server.db')}/server.db", port, tmp_path / "art")
