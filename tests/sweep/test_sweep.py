@@ -135,6 +135,10 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     assert m["points_finished"] == 8 and m["points_failed"] == 0 and m["sweep_wall_s"] > 0
     assert {SPEEDUP.format(op="inference"), SPEEDUP.format(op="training")} <= set(m)
     assert not [k for k in m if k.endswith(("_ci95_low", "_ci95_high"))]  # one trial: no interval
+    # the runs table's columns: the point counts and the geometric means, not each cell's speedup (the run page's)
+    view = json.loads(MlflowClient(uri).get_experiment(parent.experiment_id).tags["mlflow.sharedViewState.nnbench"])
+    assert [c for c in view["selectedColumns"] if "speedup" in c] == [
+        f"metrics.`{SPEEDUP.format(op=op)}`" for op in ("inference", "training")]
     for op in ("inference", "training"):  # the headline's numbers are the metrics'
         speedup, said = m[SPEEDUP.format(op=op)], re.search(f"{op} ([\\d.]+)× (faster|slower)", headline)
         if said is None:
