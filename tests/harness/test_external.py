@@ -76,6 +76,7 @@ def test_an_external_runner_joins_the_sweep_beside_jax_and_torch(tmp_path):
     assert (ref["metrics.inference_n_samples"] > 1).all() and ref["tags.runner_reference_device"].notna().all()
     # the runner times itself: its jobs are measured on their own (unpaired), jax's and torch's paired
     assert set(ref["tags.design"]) == {"unpaired"} and ref["tags.compared_with"].isna().all()
+    assert set(ref["tags.parity"]) == {"unchecked"}  # tagged as the paired jobs are
     assert set(df[df["params.mode"] != "Reference"]["tags.design"]) == {"paired"}
     assert len(list(tmp_path.glob("multirun/*/*/[0-9]/points/mlp_relu-Reference-fp32-bs*/record.json"))) == 2
     (parent,) = runs(uri, parents=True)["run_id"]
@@ -86,5 +87,6 @@ def test_an_external_runner_joins_the_sweep_beside_jax_and_torch(tmp_path):
     headline = client.get_run(parent).data.tags["nnbench.headline"]
     assert headline.startswith("jax-jit fp32 vs torch-eager fp32: inference ")
     said = r"([\d.]+× (faster|slower)|as fast)"
-    assert re.search(f"; Reference fp32 vs torch-eager fp32: inference {said} \\(unpaired\\)$", headline), headline
-    assert headline in r.stdout and re.search(r"\| Reference fp32 +\| .* \| [\d.]+× unpaired +\|", r.stdout)
+    # parity unchecked between the runner and torch: its speedup marked as not shown to compute the same function
+    assert re.search(f"; Reference fp32 vs torch-eager fp32: inference {said} \\(unpaired\\) †$", headline), headline
+    assert headline in r.stdout and re.search(r"\| Reference fp32 +\| .* \| \(?[\d.]+×\)? unpaired † +\|", r.stdout)
