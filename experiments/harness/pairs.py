@@ -113,9 +113,11 @@ class Session:
                     s.close()
 
     def unsettled(self, settled: Settled) -> list[int]:
-        """The cells that get one more trial: unsettled, a side left to measure them, fewer than max_trials."""
+        """The cells that get one more trial, while a side is left to measure them: unsettled ones, up to max_trials
+        trials that measured them; and those that failed trials left unmeasured (the failed side sits them out, so
+        the sides left measure them: else one failure in a sweep of one trial would leave them nothing)."""
         return [i for i, (c, ok) in enumerate(zip(self.compared, settled(self.compared)))
-                if not ok and not c.done(len(self.sides)) and len(c.trials) < self.design.max_trials]
+                if not c.done(len(self.sides)) and c.measured() < (1 if ok else self.design.max_trials)]
 
     def trial(self, which: list[int], servers: list) -> None:
         """One fresh trial over the cells `which` that a side is left to measure, in order (reversed in odd trials,
@@ -142,6 +144,8 @@ class Session:
             trial = run_cell(workers, c.cell, self.design, index, self.rng, c.failed())
         except PairFailed as e:
             self.checkpoint()  # a signal killed the workers: not a fault of this cell
+            if e.side is not None:  # hung, or would not stop: killed, not asked to end (30 s more of waiting)
+                workers.live[e.side].kill()
             trial = Trial(index, [Turn(ready=r) for r in workers.ready], failure=str(e), failed_side=e.side,
                           stderr_tail=self.tails(index))
         self.keep(i, trial)

@@ -162,6 +162,10 @@ class Compared(Json):
         failed = self.failed()
         return None in failed or len(failed) >= sides
 
+    def measured(self) -> int:
+        """Its trials that no worker failed in: a failed trial measured nothing for the sides left."""
+        return sum(t.failure is None for t in self.trials)
+
 
 def letter(i: int) -> str:
     return chr(ord("A") + i)

@@ -137,10 +137,11 @@ class Sweep:
         return sorted(p.parent for p in self.directory.glob(f"**/points/*/{META}"))
 
     def tick(self, n: int = 1) -> str:
-        """Count `n` finished measurements; '[done/total, ETA]' for the console."""
+        """Count `n` finished measurements; '[done/total, ETA]' for the console. Paired cells may take more trials
+        than planned (an unsettled ratio, a failed trial measured again): the total then grows with them."""
         with open(self.progress, "a") as f:
             f.write("." * n)
         state, done = self.read(), self.progress.stat().st_size
-        total = state.measurements or state.points or done
+        total = max(state.measurements or state.points or done, done)
         eta = (time.time() - state.start) / done * max(total - done, 0)
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"

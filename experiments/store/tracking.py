@@ -11,6 +11,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -159,6 +160,9 @@ COLUMNS = ["attributes.`Description`", "metrics.`points_finished`", "metrics.`po
            "metrics.`points_failed`", "params.`mode`", "params.`batch_size`"]
 VIEW_SETTLE_S = 0.2  # how long a sweep's close waits before it checks that the runs table kept its columns
 ANSWER_COLUMNS = "metrics.`speedup_"  # a sweep's geometric means (report.answer.metric_name), added as sweeps log them
+# ...but not what the run page lists beside them: their intervals, and each cell's speedup (`speedup_<op>_bs<N>_...`,
+# which sort before the means and would push them off the first screen)
+NOT_COLUMNS = re.compile(r"_ci95_(low|high)$|^speedup_[a-z]+_bs\d+_")
 
 
 def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str, str],
@@ -364,8 +368,8 @@ def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHE
                   metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
                   headline: str | None = None) -> None:
     """A parent's answer: the description (`note`, Markdown), metrics, tags and the report's artifacts; then its
-    status. A `headline` goes into the run's name (its HEADLINE tag says which), and the metrics whose names
-    start like ANSWER_COLUMNS become columns of the runs table."""
+    status. A `headline` goes into the run's name (its HEADLINE tag says which), and the geometric means (named like
+    ANSWER_COLUMNS) become columns of the runs table."""
     client = MlflowClient(uri)
     if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
         note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
@@ -377,7 +381,8 @@ def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHE
                          tags=[RunTag(k, v) for k, v in tags.items()])
         if headline:
             client.update_run(run_id, name=titled(run.info.run_name, headline, run.data.tags.get(HEADLINE)))
-        shown = tuple(m for m in metrics or {} if f"metrics.`{m}".startswith(ANSWER_COLUMNS))
+        shown = tuple(m for m in metrics or {}
+                      if f"metrics.`{m}".startswith(ANSWER_COLUMNS) and not NOT_COLUMNS.search(m))
         if shown:
             exp = client.get_experiment(run.info.experiment_id)
             describe_experiment(client, exp.experiment_id, exp.tags, shown)

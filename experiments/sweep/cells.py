@@ -31,7 +31,7 @@ from experiments.measure.stats import summarize
 from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
-from experiments.sweep import interrupts, points, preflight
+from experiments.sweep import interrupts, points, preflight, requeue
 
 log = logging.getLogger("nnbench")
 
@@ -147,10 +147,11 @@ class Group:
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:
-        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci."""
+        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci; not for
+        one whose side failed on it (that side sits the cell out: more trials can't settle it)."""
         judged = self.judged(compared)
-        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, _ in self.pairs_on(c))
-                for i, c in enumerate(compared)]
+        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, b in self.pairs_on(c)
+                    if not {s, b} & c.failed()) for i, c in enumerate(compared)]
 
     def keep(self, compared: list[pairs.Compared], interrupted: str | None = None) -> None:
         """Each job's points from the trials, judged against their base, passed on to its collector (saved as
@@ -309,7 +310,8 @@ def run_group(jobs: list[Job], kept: list[points.Points], out: Path, caches: lis
               peaks: Path | None, overrides: list[str] = ()) -> Group:
     """Measure the group's jobs paired and pass each job's points on to its collector (`kept`): read, judged
     against the baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point
-    saved as interrupted, then Interrupted is raised."""
+    saved as interrupted, then Interrupted is raised; where SLURM runs the job again, nothing is saved (its next
+    run measures the group from the start, as it does the points an unpaired job had in progress)."""
     group = Group(jobs, kept, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
         points.skip_all(kept[i], points.lacks(jobs[i]))
@@ -320,7 +322,8 @@ def run_group(jobs: list[Job], kept: list[points.Points], out: Path, caches: lis
     try:
         session.run(group.settled)
     except interrupts.Interrupted as e:
-        group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
+        if not (kept[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
+            group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
         raise
     group.keep(session.compared)
     return group

@@ -56,7 +56,7 @@ def run(cfg: DictConfig) -> None:
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            kept = measured(this, group, state, sweep, out, in_launcher)
+            kept = measured(this, group, state, sweep, in_launcher)
         timed(kept, out, time.perf_counter() - start, this.config.profile)
     except interrupts.Interrupted as e:
         if not in_launcher:
@@ -81,13 +81,15 @@ def run(cfg: DictConfig) -> None:
         ending.end(sweep, this.config.report, "run")
 
 
-def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, out: Path,
+def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep: Sweep,
              in_launcher: bool) -> list[points.Points]:
-    """The job's points, measured with its cell's other variants (paired), or on their own (unpaired)."""
+    """The job's points, measured with its cell's other variants (paired), or on their own (unpaired): as `members`
+    made them, tagged with their model's parity and without what an earlier run of the job saved."""
     if cells.paired(this):
         return cells.measure(group, state, sweep, in_launcher)
-    return [points.run_job(this, out, state, sweep, sweep.directory / PEAKS, state.compile_cache(sweep.directory, this),
-                           state.machine, in_launcher)]
+    ((job, directory),) = group
+    return [points.run_job(job, directory, state, sweep, sweep.directory / PEAKS,
+                           state.compile_cache(sweep.directory, job), state.machine, in_launcher)]
 
 
 def timed(kept: list[points.Points], out: Path, wall_s: float, profile: bool) -> None:

@@ -227,9 +227,11 @@ class Points:
         log.info("%s %s: INTERRUPTED (%s)", self.tick(0), kept.record.run_name, why)
         self.queued.append(kept)
 
-    def finished(self, kept: Kept) -> None:
-        """Its console line; then it waits to be logged."""
-        log.info("%s %s: %s", self.tick(int(self.ticks)), kept.record.run_name, summary(kept))
+    def finished(self, kept: Kept, ticks: int | None = None) -> None:
+        """Its console line, `ticks` measurements on (default: one where a finished point counts); then it waits to
+        be logged."""
+        log.info("%s %s: %s", self.tick(int(self.ticks) if ticks is None else ticks), kept.record.run_name,
+                 summary(kept))
         self.done.append(kept)
         self.queued.append(kept)
         interrupts.checkpoint()
@@ -258,7 +260,7 @@ class Points:
         except Exception:  # a harness bug fails this profile, not the point
             kept.record = records.without_profile(kept.record, "failed", f"harness error\n{traceback.format_exc()}")
         kept.record.save(kept.directory)
-        self.finished(kept)
+        self.finished(kept, 1)  # the profiling worker's measurement, paired too (`measurements` counts it)
 
     def log_queued(self) -> None:
         """Log what the last worker finished (the samples plot, then the run), now that no worker measures."""

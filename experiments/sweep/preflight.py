@@ -66,6 +66,8 @@ def model_spec(config: Config) -> models.ModelSpec:
 BENCH_RULES = {
     "min_samples": (lambda v: v >= 1, "at least 1"),
     "processes": (lambda v: v >= 1, "at least 1 (fresh worker processes per point)"),
+    "rounds": (lambda v: v >= 1, "at least 1 (paired: bursts per variant, per cell and trial)"),
+    "burst_s": (lambda v: v > 0, "positive (paired: seconds of one burst)"),
     "max_time_s": (lambda v: v > 0, "positive (seconds of sampling per op)"),
     "target_rel_ci": (lambda v: 0 < v < 1, "between 0 and 1 (0.02: stop at a ±2% CI of the median)"),
     "timeout_s": (lambda v: v > 0, "positive (seconds per point, worker start and compile included)"),

@@ -43,11 +43,11 @@ def test_the_checker_exits_2_with_the_line(monkeypatch, capsys):
 
 @pytest.fixture(scope="module")
 def seed_store(tmp_path_factory) -> Path:
-    """`experiment=seed000` run once in a fresh directory on the brief budget: the export reads which points were
-    measured and their medians, not how well they were measured; and without the parity processes, whose tag it
-    does not read."""
+    """`experiment=seed000` run once in a fresh directory on the brief budget (each model's cells paired, two rounds
+    of bursts a cell): the export reads which points were measured and their medians, not how well they were
+    measured; and without the parity processes, whose tag it does not read."""
     cwd = tmp_path_factory.mktemp("seed000")
-    r = python("-m", "experiments.run", "-m", "experiment=seed000", *BRIEF, "parity=false", cwd=cwd)
+    r = python("-m", "experiments.run", "-m", "experiment=seed000", *BRIEF, "bench.rounds=2", "parity=false", cwd=cwd)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     return cwd
 

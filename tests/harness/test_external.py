@@ -1,4 +1,6 @@
-"""framework=external: a runner in any language in a worker's place, read in seed 000's lines."""
+"""framework=external: a runner in any language in a worker's place, read in seed 000's lines; in a sweep, its jobs
+are measured on their own (unpaired) beside the paired ones."""
+import re
 import sys
 
 import pandas as pd
@@ -72,9 +74,19 @@ def test_an_external_runner_joins_the_sweep_beside_jax_and_torch(tmp_path):
     assert set(df["params.mode"]) == {"jax-jit", "torch-eager", "Reference"} and set(df["status"]) == {"FINISHED"}
     ref = df[df["params.mode"] == "Reference"]
     assert (ref["metrics.inference_n_samples"] > 1).all() and ref["tags.runner_reference_device"].notna().all()
+    # the runner times itself: its jobs are measured on their own (unpaired), jax's and torch's paired
+    assert set(ref["tags.design"]) == {"unpaired"} and ref["tags.compared_with"].isna().all()
+    assert set(ref["tags.parity"]) == {"unchecked"}  # tagged as the paired jobs are
+    assert set(df[df["params.mode"] != "Reference"]["tags.design"]) == {"paired"}
+    assert len(list(tmp_path.glob("multirun/*/*/[0-9]/points/mlp_relu-Reference-fp32-bs*/record.json"))) == 2
     (parent,) = runs(uri, parents=True)["run_id"]
     client = MlflowClient(uri)
     summary = pd.read_csv(client.download_artifacts(parent, "summary.csv", str(tmp_path)))
     assert set(summary["variant"]) == {"jax-jit fp32", "torch-eager fp32", "Reference fp32"}
     assert "time_mlp_relu_inference.png" in {a.path for a in client.list_artifacts(parent)}
-    assert "Reference fp32" in r.stdout
+    headline = client.get_run(parent).data.tags["nnbench.headline"]
+    assert headline.startswith("jax-jit fp32 vs torch-eager fp32: inference ")
+    said = r"([\d.]+× (faster|slower)|as fast)"
+    # parity unchecked between the runner and torch: its speedup marked as not shown to compute the same function
+    assert re.search(f"; Reference fp32 vs torch-eager fp32: inference {said} \\(unpaired\\) †$", headline), headline
+    assert headline in r.stdout and re.search(r"\| Reference fp32 +\| .* \| \(?[\d.]+×\)? unpaired † +\|", r.stdout)

@@ -1,14 +1,16 @@
 """Workers forked by a job's fork server are as fresh as spawned ones for what is measured: nothing started before
-the fork (no thread, no XLA backend, no OpenMP pool), one compile per process, no import in a timed window."""
+the fork (no thread, no XLA backend, no OpenMP pool), one compile per process, no import in a timed window; a paired
+trial's worker, forked by the same server, too."""
 import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from experiments.common.config import bench_budget
 from experiments.common.protocol import Point, Request, Setup
-from experiments.harness import manager
+from experiments.harness import manager, pairs
 from tests.helpers import FORMAT, ROOT
 
 
@@ -27,6 +29,10 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     server = manager.ForkServer(sys.executable, framework, env, tmp_path / "server.log")
     try:
         forked = manager.run(request(framework, framework == "jax"), tmp_path / "fork", 120, server=server)
+        side = pairs.Side(framework, request(framework, framework == "jax"), sys.executable, env, "fork", 120)
+        with pairs.Workers([side], [server], tmp_path / "paired").start() as workers:  # a paired trial's worker
+            trial = pairs.run_cell(workers, pairs.Cell(8, "inference"), pairs.Design(rounds=3), 0,
+                                   np.random.default_rng(0))
     finally:
         server.close()
     assert server.proc.returncode == 0  # it ended when its requests did
@@ -40,6 +46,10 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
         fork_faults, spawn_faults = (r.ops["inference"].page_faults_per_call for r in (f, s))
         assert fork_faults <= 2 * spawn_faults + 1, (fork_faults, spawn_faults)
     assert forked[0].startup_s < spawned[0].startup_s  # the fork paid no interpreter start and no imports
+    (turn,) = trial.turns
+    assert turn.ok and len(turn.bursts) == 3 and turn.prepared.compiles == (1 if framework == "jax" else None)
+    assert turn.bursts[-1].compiles == turn.prepared.compiles  # no compile in a burst either
+    assert turn.ready.startup_s < spawned[0].startup_s
 
 
 def test_the_server_refuses_to_fork_once_something_runs():

@@ -1,4 +1,5 @@
-"""The worker: a crash, a kill or a hang fails only its point, and the job goes on."""
+"""The worker: a crash, a kill or a hang fails only its point, and the job goes on; paired, only its side's point,
+and the cell's other variants are measured all the same."""
 import json
 import time
 
@@ -8,6 +9,8 @@ from experiments.harness import manager
 from experiments.sweep import points, preflight
 from experiments.common.protocol import Point, Request, Setup
 from tests.helpers import budget
+from tests.helpers.faults import processes_under
+from tests.helpers.groups import measured_together
 
 
 def request(n_points: int) -> Request:
@@ -68,3 +71,31 @@ def test_new_lines_leave_a_partial_last_line_for_the_next_poll(tmp_path):
         f.write(b'3}\n')
     assert manager.new_lines(path, offset) == (['{"c": 3}'], path.stat().st_size)
     assert manager.new_lines(tmp_path / "missing.jsonl", 0) == ([], 0)
+
+
+@pytest.mark.parametrize("fault,reason", [
+    ("segv", "worker A killed by SIGSEGV"),
+    ("oom", "worker A killed by SIGKILL (likely out of memory)"),
+    ("raise", "worker A exited with code 1"),
+    ("hang", "worker A gave no answer within 2 s"),
+])
+def test_a_fault_on_a_cell_fails_only_its_sides_point(tmp_path, fake_python, monkeypatch, make_cfg, fault, reason):
+    """LeNet bs2 paired, jax against torch: jax's worker fails as it prepares training, its second cell (a hang: as
+    it prepares each cell, until bench.timeout_s). jax's point is FAILED with the reason; torch's is measured on
+    both cells, the failed one in a trial of its own; no worker is left."""
+    monkeypatch.setenv("FAKE_FAULT", fault)
+    monkeypatch.setenv("FAKE_FAULT_SIDE", "jax")
+    jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "batch_size=2", "bench=quick",
+                                                   "bench.timeout_s=2", f"runtime.python={fake_python}")))
+            for fw in ("jax", "torch")]
+    (jax,), (torch,) = (k.records for k in measured_together(jobs, tmp_path))
+    assert jax.outcome == "failed" and jax.status == "FAILED" and jax.tags["failure_reason"].startswith(reason)
+    if fault == "raise":
+        assert "CUDA error: out of memory" in jax.stderr
+    assert torch.outcome == "ok" and torch.metrics["inference_median_s"] == torch.metrics["training_median_s"] == 0.001
+    assert torch.tags["paired_baseline"] == "true"
+    failed = json.loads((tmp_path / "trials" / "bs2-training" / "trial-0.json").read_text())
+    assert failed["failed_side"] == 0 and failed["failure"].startswith(reason)
+    again = json.loads((tmp_path / "trials" / "bs2-training" / "trial-1.json").read_text())
+    assert again["failure"] is None and again["turns"][0]["prepared"] is None  # jax sat it out
+    assert not processes_under(tmp_path)

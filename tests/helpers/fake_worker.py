@@ -6,7 +6,8 @@ FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks 
 FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the request takes ten minutes (a point an
 interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
 numbers say which point they came from (default: 1 ms). FAKE_FILL_DISK=PATH: once the job has saved the first
-point, fill the disk holding PATH before measuring the next one.
+point, fill the disk holding PATH before measuring the next one (paired: as it prepares its first cell, once the
+sweep has saved a point, so a later group's worker fills it; at once where the sweep does not write to that disk).
 
 A profile request (profile=true) is answered with a made-up profile per op; its files hold the point's record.json
 as the profiling worker found it (`record-before-profiling.json`: saved before any profiling starts). With
@@ -15,9 +16,12 @@ FAKE_PROFILE_FAULT=segv the profiling worker crashes instead.
 A paired request (the paired sweep) is served on its socket: each prepared cell takes FAKE_DELAY_S (the i-th ten
 minutes with FAKE_LONG_POINT=i), each burst answers five samples of the median; the worker misbehaves as FAKE_FAULT
 says when asked to prepare its second cell (`early`, `hang`: its first), or where FAKE_FAULT_SIDE=<framework> names
-another framework than its own, never.
+another framework than its own, never. FAKE_SPEEDUP=<framework>:<factor>: that framework's worker is `factor` times
+faster, and every paired worker's samples are off by up to ±0.25%, its own amount (from its pid): each trial's ratio
+then differs a little, so two trials give a speedup an interval.
 """
 import os
+import random
 import shutil
 import signal
 import sys
@@ -42,9 +46,16 @@ def saved() -> bool:
     return any(next(d.glob("points/*/record.json"), None) for d in results.parents[:2])
 
 
-def fill_disk(path: Path) -> None:
-    """Wait until the job has saved a point, then write junk until the disk is full."""
-    for _ in range(1200):
+def sweep_saved(disk: Path) -> bool:
+    """Whether the sweep has saved a point (this paired worker is <sweep>/<job>/trials/trial-<n>/), or `disk` is one
+    the sweep does not write to (a tracking server's): then it can fill at once."""
+    other = disk.parent.stat().st_dev != results.parent.stat().st_dev
+    return other or next(results.parents[3].glob("*/job-*/points/*/record.json"), None) is not None
+
+
+def fill_disk(path: Path, wait: bool = True) -> None:
+    """Wait until the job has saved a point (`wait`), then write junk until the disk is full."""
+    for _ in range(1200 if wait else 0):
         if saved():
             break
         time.sleep(0.1)
@@ -99,6 +110,11 @@ def serve_paired() -> None:
     from experiments.common.protocol import Burst, Command, Prepared, Ready
 
     me = os.environ.get("FAKE_FAULT_SIDE", request.framework) == request.framework
+    speed = 1.0
+    if "FAKE_SPEEDUP" in os.environ:
+        framework, factor = os.environ["FAKE_SPEEDUP"].split(":")
+        own = 1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025)
+        speed = own / float(factor) if framework == request.framework else own
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
@@ -112,12 +128,15 @@ def serve_paired() -> None:
             if command.do == "prepare":
                 if prepared >= good:
                     misbehave()
+                disk = Path(os.environ.get("FAKE_FILL_DISK", ""))
+                if "FAKE_FILL_DISK" in os.environ and prepared == 0 and sweep_saved(disk):
+                    fill_disk(disk, wait=False)
                 time.sleep(600 if str(prepared) == os.environ.get("FAKE_LONG_POINT")
                            else float(os.environ.get("FAKE_DELAY_S", "0")))
                 prepared, batch = prepared + 1, command.batch_size
                 sock.sendall(Prepared("ok", device="cpu", block=1).to_json().encode() + b"\n")
                 continue
-            median = batch * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001
+            median = (batch * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001) * speed
             meter = {"busy_cpu_s": 0.0, "own_cpu_s": 0.0, "wall_s": command.seconds, "minor_faults": 0.0}
             sock.sendall(Burst([median] * 5, meter).to_json().encode() + b"\n")
 

@@ -6,9 +6,10 @@ from mlflow.tracking import MlflowClient
 
 from experiments import cli
 from experiments.store import repair, tracking
-from experiments.sweep import points, preflight
+from experiments.sweep import preflight
 from experiments.store.records import Record
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
+from tests.helpers.groups import measured_together
 
 
 @pytest.fixture
@@ -26,12 +27,14 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
                                                                     make_cfg):
     monkeypatch.setenv("FAKE_FAULT", "none")
     uri, exp = store
-    cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "sweep" / "0")
+    jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "ops=[inference]", "bench=quick",
+                                                   f"runtime.python={fake_python}"))) for fw in ("jax", "torch")]
+    measured_together(jobs, tmp_path / "sweep" / "0")  # a paired group, its jobs' points under its leader's dir
     parent = tracking.start_parent(uri, exp, "sweep", {})
     sweep = Sweep(tmp_path / "sweep")
-    sweep.write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="incomplete"))
+    sweep.write(SweepState(uri, exp, parent, 2, 8, 0.0, ended="incomplete"))
     d = sweep.point_dirs()
+    assert len(d) == 8 and {p.parents[1].name for p in d} == {"job-0", "job-1"}
     client = MlflowClient(uri)
 
     def created(directory):  # what a store failure right after create_run leaves: a RUNNING run, nothing in it
@@ -44,14 +47,14 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
 
     assert cli.main(["upload", str(tmp_path / "sweep")]) == 0
     runs = point_runs(uri, exp)
-    assert len(runs) == 4 and all(tracking.is_complete(r) for r in runs)
+    assert len(runs) == 8 and all(tracking.is_complete(r) for r in runs)
     assert {(p / MARKER).read_text() for p in d} == {r.info.run_id for r in runs}
     assert (d[0] / MARKER).read_text() == half and (d[1] / MARKER).read_text() == orphan  # completed, not replaced
     assert all(r.data.tags["mlflow.parentRunId"] == parent and r.data.metrics["inference_median_s"] == 0.001
                for r in runs)
     assert client.get_run(parent).info.status == "FINISHED"
     assert cli.main(["upload", str(tmp_path / "sweep")]) == 0
-    assert len(point_runs(uri, exp)) == 4
+    assert len(point_runs(uri, exp)) == 8
 
 
 def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(tmp_path, store, caplog):

@@ -3,25 +3,31 @@ import mlflow
 
 from experiments import cli
 from experiments.store import tracking
-from experiments.sweep import points, preflight
+from experiments.sweep import preflight
 from experiments.store.sweepdir import Sweep, SweepState
+from tests.helpers.groups import measured_together
 
 
 def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):
+    """A paired group as its leader saves it (each job's points in `<leader>/job-<i>/`): jax's stand-in crashes as
+    it prepares every second cell, so two of its points failed; upload logs all eight, once."""
     monkeypatch.setenv("FAKE_FAULT", "segv")
-    cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    recs = points.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "multirun" / "0").records  # not logged
+    monkeypatch.setenv("FAKE_FAULT_SIDE", "jax")
+    jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "ops=[inference]", "bench=quick",
+                                                   f"runtime.python={fake_python}"))) for fw in ("jax", "torch")]
+    recs = [r for k in measured_together(jobs, tmp_path / "multirun" / "0") for r in k.records]  # not logged
     uri = f"sqlite:///{tmp_path}/store.db"
     exp = tracking.prepare_store(uri, "nnbench")
     parent = tracking.start_parent(uri, exp, "sweep", {})
-    Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 1, 4, 0.0, ended="finished"))  # as a sweep leaves it
+    Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 2, 8, 0.0, ended="finished"))  # as a sweep leaves it
     assert cli.main(["upload", str(tmp_path / "multirun"), "--uri", uri]) == 0
     mlflow.set_tracking_uri(uri)
     df = mlflow.search_runs(experiment_names=["nnbench"], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
     assert sorted(df["tags.mlflow.runName"]) == sorted(r.run_name for r in recs)
-    assert sorted(df["status"]) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
-    ok = df[df["status"] == "FINISHED"].iloc[0]
-    assert ok["metrics.inference_median_s"] == 0.001
+    assert sorted(df["status"]) == ["FAILED"] * 2 + ["FINISHED"] * 6
+    assert sorted(df[df["status"] == "FAILED"]["params.batch_size"]) == ["128", "8"]  # jax's second and fourth cells
+    ok = df[df["status"] == "FINISHED"]
+    assert set(ok["metrics.inference_median_s"]) == {0.001} and set(df["tags.design"]) == {"paired"}
     assert cli.main(["upload", str(tmp_path / "multirun"), "--uri", uri]) == 0
     assert "nothing to log" in capsys.readouterr().out
-    assert len(mlflow.search_runs(experiment_names=["nnbench"])) == 5  # the 4 points and their parent
+    assert len(mlflow.search_runs(experiment_names=["nnbench"])) == 9  # the 8 points and their parent

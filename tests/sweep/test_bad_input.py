@@ -118,6 +118,10 @@ CASES = [
     Case("external-without-runner", ("framework=external",), "framework=external needs external.name=NAME"),
     Case("allocator-foo", ("runtime.allocator=foo",), "runtime.allocator must be one of glibc, system"),
     Case("processes-zero", ("bench.processes=0",), "bench.processes must be at least 1"),
+    Case("rounds-zero", ("bench.rounds=0",), "bench.rounds must be at least 1"),
+    Case("burst-zero", ("bench.burst_s=0",), "bench.burst_s must be positive"),
+    Case("along-not-a-variant", ("report.along=model",), "report.along=model is not a key a cell's variants span"),
+    Case("threshold-one", ("report.threshold=1",), "report.threshold=1.0 is not a fraction in [0, 1)"),
     Case("memory-format-nchw", ("framework.memory_format=nchw",), "framework.memory_format must be one of"),
 ]
 

@@ -7,6 +7,7 @@ it), which makes a missing cluster a failure rather than a skip.
 import configparser
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,7 @@ def local_sweep(tmp_path_factory):
     cwd = with_store(tmp_path_factory.mktemp("local"))
     r = run(["-m", *README_SWEEP], cwd)
     assert r.returncode == 0, r.stderr[-3000:]
+    measured_by_the_leader(cwd)
     return runs(f"sqlite:///{cwd}/mlruns/mlflow.db")
 
 
@@ -62,17 +64,36 @@ def same_points(a, b) -> bool:
     return key == sorted(map(tuple, b[POINT].astype(str).values))
 
 
+def measured_by_the_leader(cwd: Path) -> None:
+    """The cell's variants were measured by job 0 (the group's leader), each job's point in its own dir there; job 1
+    (a follower) measured nothing and said so."""
+    (sweep,) = cwd.glob("multirun/*/*")
+    assert sorted(p.parents[2].name for p in sweep.glob("*/job-*/points/*/record.json")) == ["job-0", "job-1"]
+    assert {p.parents[3].name for p in sweep.glob("*/job-*/points/*/record.json")} == {"0"}
+    assert not list(sweep.glob("1/**/points")) and not list(sweep.glob("1/trials"))
+
+
 def test_readme_sweep_through_slurm(slurm, local_sweep, tmp_path):
+    """Each cell's variants are measured in one SLURM job on one node: the group's leader, job 0, runs both
+    frameworks' workers; the follower, job 1, goes through sbatch too and measures nothing."""
     r = run(["-m", "hydra/launcher=slurm", *README_SWEEP], with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df, (parent,) = runs(uri), runs(uri, parents=True).itertuples()
     assert same_points(df, local_sweep)  # the same runs as a local sweep
-    assert df["tags.slurm_job_id"].notna().all() and df["tags.slurm_job_id"].nunique() == 2  # one job each
+    assert set(df["tags.design"]) == {"paired"} and df["metrics.inference_speedup"].notna().sum() == 1
+    # both points from the leader's job, on one node: its job id and array task, in each worker's environment
+    assert df["tags.slurm_job_id"].notna().all() and df["tags.slurm_job_id"].nunique() == 1
+    assert set(df["tags.slurm_array_task_id"]) == {"0"} and df["tags.slurm_node"].nunique() == 1
+    measured_by_the_leader(tmp_path)
+    (sweep,) = tmp_path.glob("multirun/*/*")
+    follower = "".join(p.read_text() for p in sweep.glob(".submitit/*_1/*_log.out"))
+    assert "job 1: its points are measured with job 0's, paired" in follower
     assert (df["tags.mlflow.parentRunId"] == parent.run_id).all() and parent.status == "FINISHED"
-    accounted = subprocess.run(["sacct", "-n", "-X", "-o", "JobID", "-j", ",".join(df["tags.slurm_job_id"].unique())],
+    array = {p.name.split("_")[0] for p in sweep.glob(".submitit/*") if re.fullmatch(r"\d+_\d+", p.name)}
+    accounted = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(array)],
                                capture_output=True, text=True).stdout.split()
-    assert len(accounted) == 2  # both went through sbatch, and SLURM knows them
+    assert len(accounted) == 2 and all(a.endswith("|COMPLETED") for a in accounted)  # both went through sbatch
 
 
 def test_readme_sweep_with_submitit_local(local_sweep, tmp_path):
@@ -83,6 +104,7 @@ def test_readme_sweep_with_submitit_local(local_sweep, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert same_points(runs(uri), local_sweep)
     assert set(runs(uri, parents=True)["status"]) == {"FINISHED"}
+    measured_by_the_leader(tmp_path)  # in its own process, from the sweep's state
 
 
 def test_sweep_into_the_shared_server(server, local_sweep, tmp_path):

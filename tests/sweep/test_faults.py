@@ -22,7 +22,7 @@ from tests.helpers.faults import KillingProxy, launch, processes_under, remount_
 
 
 def records(root):
-    return sorted(root.glob("multirun/*/*/*/points/*/record.json"))
+    return sorted(root.glob("multirun/**/points/*/record.json"))
 
 
 def outcome(path) -> str:
@@ -51,14 +51,17 @@ def assert_once_each_and_closed(uri: str, batch_sizes: list[int]) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum,sweep", [(signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGINT, False)],
                          ids=["sigint-to-group", "sigterm-to-main", "sigint-single-run"])
-def test_interrupt_keeps_the_finished_points_and_closes_every_run(tmp_path, fake_python, signum, sweep):
-    """Ctrl-C reaches the whole process group (a terminal); SLURM's time limit sends SIGTERM to the main process."""
-    args = ["-m", "model=lenet,mlp_relu"] if sweep else ["model=lenet"]
-    proc = launch([*args, "framework=torch", "bench=quick", f"runtime.python={fake_python}"], with_store(tmp_path),
-                  FAKE_FAULT="none", FAKE_LONG_POINT="2", FAKE_MEDIAN_PER_BATCH="1")
-    pattern = "multirun/*/*/*/points/*/record.json" if sweep else "outputs/*/*/points/*/record.json"
-    saved = lambda: sorted(tmp_path.glob(pattern))  # noqa: E731
-    wait_for(lambda: len(saved()) >= 2 or proc.poll() is not None, "two measured points")
+def test_interrupt_during_trials_keeps_the_group_as_interrupted_and_closes_every_run(tmp_path, fake_python, signum,
+                                                                                    sweep):
+    """Ctrl-C reaches the whole process group (a terminal); SLURM's time limit sends SIGTERM to the main process. It
+    lands while a worker prepares lenet's third cell (its first trial): every point of the group is saved as
+    interrupted (KILLED) with what the trials measured, the next group (mlp_relu) is not measured, no worker is left."""
+    args = ["-m", "framework=jax,torch", "model=lenet,mlp_relu"] if sweep else ["framework=torch", "model=lenet"]
+    proc = launch([*args, "bench=quick", f"runtime.python={fake_python}"], with_store(tmp_path), FAKE_FAULT="none",
+                  FAKE_LONG_POINT="2", FAKE_MEDIAN_PER_BATCH="1")
+    root = tmp_path / ("multirun" if sweep else "outputs")
+    trials = lambda: list(root.glob("**/trials/*/trial-0.json"))  # noqa: E731
+    wait_for(lambda: len(trials()) >= 2 or proc.poll() is not None, "two cells measured")
     if signum == signal.SIGINT:
         os.killpg(proc.pid, signal.SIGINT)
     else:
@@ -67,19 +70,25 @@ def test_interrupt_keeps_the_finished_points_and_closes_every_run(tmp_path, fake
     assert proc.returncode == 128 + signum, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"nnbench: interrupted by {signum.name}: "), err
-    assert ", 1 interrupted" in lines[0] and "nnbench upload" in lines[0]
+    points = 8 if sweep else 4  # lenet's, of each framework
+    assert f"0 finished, 0 skipped, 0 failed, {points} interrupted" in lines[0] and "nnbench upload" in lines[0]
+    assert (", 12 not measured" in lines[0]) == sweep  # mlp_relu's group: not started
     assert "Traceback" not in out + err
-    assert not processes_under(tmp_path)  # the worker was stopped at once, not left measuring
-    kept = [outcome(p) for p in saved()]
-    assert sorted(kept) == ["interrupted", "ok", "ok"]  # lenet bs2 and bs8 measured, bs32 in progress
-    assert "2 finished, 0 skipped, 0 failed, 1 interrupted" in lines[0]
+    assert not processes_under(tmp_path)  # the workers were stopped at once, not left measuring
+    saved = sorted(root.glob("**/points/*/record.json"))
+    assert len(saved) == points and {outcome(p) for p in saved} == {"interrupted"}
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     assert list(runs(uri, parents=True)["status"]) == (["KILLED"] if sweep else [])
     df = runs(uri)
-    assert sorted(df["tags.outcome"]) == sorted(kept)
-    assert set(df[df["tags.outcome"] == "interrupted"]["status"]) == {"KILLED"}
+    assert len(df) == points and set(df["status"]) == {"KILLED"} and set(df["params.model"]) == {"lenet"}
+    assert df["tags.failure_reason"].str.startswith(f"interrupted by {signum.name} while the cell's trials ran").all()
+    for record in saved:  # each keeps its samples from the trials (bs2's and bs8's cells ended before the signal)
+        samples = json.loads(f.read_text()) if (f := record.parent / "samples.json").exists() else {}
+        bs = json.loads(record.read_text())["params"]["batch_size"]
+        assert (bs in ("2", "8")) == bool(samples), (record, samples)
+        assert all(x == pytest.approx(int(bs) * 1e-4) for op in samples.values() for x in op["samples_s"])
     assert_once_each_and_closed(uri, [int(s) for s in df["params.batch_size"]])
-    up = nnbench("upload", [str(tmp_path / ("multirun" if sweep else "outputs"))], tmp_path)
+    up = nnbench("upload", [str(root)], tmp_path)
     assert up.returncode == 0 and "every point is in its store" in up.stdout  # all kept points were logged
 
 
@@ -109,6 +118,7 @@ def test_a_deferred_signal_waits_for_a_checkpoint(tmp_path):
     assert r.stdout.splitlines() == ["went on 15", "raised at the checkpoint 15", "raised at once"], r.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_inside_hydra_between_jobs_ends_the_sweep_cleanly(tmp_path, fake_python):
     """The signal lands in Hydra's code between two jobs (where OmegaConf once turned it into its own traceback and
     left the parent RUNNING): the next job does not start, the sweep closes, one line, exit 143."""
@@ -200,21 +210,24 @@ def test_server_killed_while_logging_leaves_nothing_running_or_twice(tmp_path, f
 
 @pytest.mark.slow
 def test_full_disk_stops_the_sweep_in_one_line_and_keeps_what_was_saved(tmp_path, fake_python):
+    """lenet's group is measured, saved and logged; mlp_relu's worker then fills the disk before its first cell, whose
+    trial can't be saved: the sweep stops in one line, lenet's points kept, and upload closes the sweep."""
     with small_disk(tmp_path / "disk", 24) as disk:
         r = run(["-m", "framework=torch", "model=lenet,mlp_relu", "bench=quick", f"runtime.python={fake_python}"],
                 with_store(disk), FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1", FAKE_FILL_DISK=str(disk / "junk"))
         assert r.returncode == 1
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("nnbench: error: stopped (No space left on device"), r.stderr
-        assert "1 finished" in lines[0] and "Traceback" not in r.stdout + r.stderr, lines[0]
-        (saved,) = records(disk)  # the point saved before the disk filled (the store, on the same disk, was full)
-        assert outcome(saved) == "ok"
+        assert "4 finished" in lines[0] and "Traceback" not in r.stdout + r.stderr, lines[0]
+        saved = records(disk)  # lenet's group, saved before the disk filled
+        assert len(saved) == 4 and {outcome(p) for p in saved} == {"ok"}
+        assert not list(disk.glob("multirun/*/*/1/**/record.json"))
         (disk / "junk").unlink()
         up = nnbench("upload", [str(disk / "multirun")], disk)
         assert up.returncode == 0, up.stderr
         assert "FAILED" in up.stdout and "without a record" in up.stdout  # the sweep is closed, and says why
         uri = f"sqlite:///{disk}/mlruns/mlflow.db"
-        assert_once_each_and_closed(uri, [2])
+        assert_once_each_and_closed(uri, [2, 8, 32, 128])
         assert set(runs(uri, parents=True)["status"]) == {"FAILED"}
 
 

@@ -1,6 +1,7 @@
-"""The load rule of a job's points: a process read far off its siblings while other programs used the CPU is measured
-again by a bounded number of extra workers, kept in the raw data with its reason; a point whose processes disagree
-10× gets no number. Driven through `Points` with the workers' results stood in by known samples."""
+"""The load rule of the unpaired engine (bench.paired=false, and external runners): a process read far off its
+siblings while other programs used the CPU is measured again by a bounded number of extra workers, kept in the raw
+data with its reason; a point whose processes disagree 10× gets no number. Driven through `Points` with the workers'
+results stood in by known samples. (Paired, a cell's variants share every burst's machine: no rule is needed.)"""
 import json
 import logging
 import signal
@@ -24,7 +25,8 @@ def result(median_ms: float, busy: float = 0.0, oversubscribed: str | None = Non
 
 
 def job(*overrides: str) -> Job:
-    return Job(config("framework=torch", "bench.processes=5", *overrides), models.load("lenet"), (POINT,))
+    return Job(config("framework=torch", "bench.paired=false", "bench.processes=5", *overrides), models.load("lenet"),
+               (POINT,))
 
 
 class Workers:

@@ -1,11 +1,14 @@
-"""Config composition of every option, and the errors for misspellings and bad values."""
+"""Config composition of every option, the errors for misspellings and bad values, and which jobs a sweep measures
+together (paired)."""
+from itertools import product
+
 import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf.errors import ValidationError
 
 import models
 from experiments.common.errors import BadInput
-from experiments.sweep import hydra_errors, preflight
+from experiments.sweep import cells, hydra_errors, preflight
 from experiments.common.config import Precision, frameworks
 from experiments.common.protocol import Point
 from tests.helpers import ROOT
@@ -66,6 +69,32 @@ def test_defaults_follow_each_frameworks_idiom(make_cfg):
     assert c.ops == ["inference", "training"] and c.device == "auto" and c.batch_size is None
     assert (c.precision.name, c.precision.tf32) == ("fp32", False)
     assert (c.runtime.start, c.runtime.compile_cache) == ("fork", True)  # the schema's defaults, nothing else's
+
+
+@pytest.mark.parametrize("bench,trials,rounds,most,ci", [("quick", 1, 5, 1, 0.5), ("default", 5, 25, 12, 0.05),
+                                                          ("thorough", 10, 75, 24, 0.02)])
+def test_each_bench_preset_sets_its_paired_trials(make_cfg, bench, trials, rounds, most, ci):
+    """bench.processes is the paired trials at first; unsettled cells get more, up to max_processes."""
+    b = preflight.typed(make_cfg(f"bench={bench}")).bench
+    assert (b.paired, b.processes, b.rounds, b.max_processes, b.target_ratio_ci) == (True, trials, rounds, most, ci)
+    assert b.burst_s == 0.02 and b.processes <= b.max_processes
+
+
+def test_the_jobs_that_differ_only_in_a_variant_key_are_measured_together(make_cfg):
+    """A group per cell: jobs that differ in framework, precision, device or runtime; not in model or batch size;
+    a job alone where it is unpaired (bench.paired=false, an external runner)."""
+    def jobs(*sweep: list[str]):  # the sweep's jobs in Hydra's order: the last key varies fastest
+        return [preflight.job(preflight.typed(make_cfg(*keys, "ops=[inference]"))) for keys in product(*sweep)]
+
+    frameworks, models_ = ["framework=jax", "framework=torch"], ["model=lenet", "model=mlp_relu"]
+    assert cells.plan(jobs(models_, frameworks)) == [[0, 1], [2, 3]]
+    assert cells.plan(jobs(frameworks, ["precision=fp32", "precision=bf16"], ["batch_size=8", "batch_size=32"])) == [
+        [0, 2, 4, 6], [1, 3, 5, 7]]
+    assert cells.plan(jobs(frameworks, ["bench.paired=false"])) == [[0], [1]]
+    runner = ["framework=external", "external.name=Reference",
+              "external.command='python runners/reference_runner.py --model {model}'"]
+    mixed = jobs(["framework=jax"]) + [preflight.job(preflight.typed(make_cfg(*runner, "ops=[inference]")))]
+    assert cells.plan(mixed) == [[0], [1]]
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu"])

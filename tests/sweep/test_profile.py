@@ -1,6 +1,8 @@
-"""profile=true: one more worker after a point's timed ones. The point's record is saved before profiling starts and
-not one of its timings changes; a profiler that fails or is interrupted costs the profile, never the point; a runner
-in another language is not profiled and says why. End to end: both frameworks, the report and `compare --profile`.
+"""profile=true: one more worker per job after its points' timed ones (paired: after the group's trials). The point's
+record is saved before profiling starts and not one of its timings changes; a profiler that fails or is interrupted
+costs the profile, never the point; a runner in another language is not profiled and says why. End to end: both
+frameworks, the report and `compare --profile`. The collector's own cases run on the unpaired engine
+(`points.run_job`, bench.paired=false), whose profiling the paired one shares.
 """
 import json
 import signal
@@ -30,9 +32,9 @@ def fake_profile(request, op: str, batch: int) -> OpResult:
 
 @pytest.fixture
 def job(make_cfg, tmp_path):
-    """lenet training at its seed sizes (32, 128) in two timed processes, profile=true."""
+    """lenet training at its seed sizes (32, 128) in two timed processes, profile=true, unpaired."""
     return preflight.job(preflight.typed(make_cfg("framework=torch", "ops=[training]", "profile=true",
-                                                      "bench=quick", "bench.processes=2")))
+                                                  "bench=quick", "bench.processes=2", "bench.paired=false")))
 
 
 def fake_measure(seen: list, profile_fault: str | None = None):
@@ -110,15 +112,19 @@ def test_an_external_runner_is_not_profiled_and_says_why(make_cfg, tmp_path):
 def test_a_sweep_logs_the_profile_beside_unchanged_timings(tmp_path, fake_python):
     """Through Hydra, the harness and MLflow with the stand-in worker: what the profiling worker found on disk
     (record-before-profiling.json) has every timing the logged run has; a crashing profiler fails only the profile."""
-    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=8,32", "ops=[inference]", "bench=quick",
+    r = run(["-m", "framework=jax,torch", "model=mlp_relu", "batch_size=8", "ops=[inference]", "bench=quick",
              "profile=true", f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "[4/4, ETA 0:00]" in r.stdout + r.stderr  # two workers per point: the timed one and the profiling one
+    assert "[4/4, ETA 0:00]" in r.stdout + r.stderr  # per point: its side of the trial, and the profiling worker
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df = runs(uri)
     assert len(df) == 2 and set(df["status"]) == {"FINISHED"} and set(df["tags.profile"]) == {"ok"}
-    for d in tmp_path.glob("multirun/*/*/*/points/*"):
+    dirs = sorted(tmp_path.glob("multirun/*/*/0/job-*/points/*"))  # the group's, both measured by job 0
+    assert [d.parents[1].name for d in dirs] == ["job-0", "job-1"]
+    for d in dirs:  # one profiling worker per job, once the trials were judged and the point saved
+        assert (d.parents[1] / "process-profile" / "results.jsonl").exists()
         before = json.loads((d / "profile" / "inference" / "record-before-profiling.json").read_text())
+        assert before["tags"]["design"] == "paired" and ("inference_speedup" in before["metrics"]) == ("jax" in d.name)
         logged = MlflowClient(uri).get_run((d / "mlflow_run_id").read_text()).data.metrics
         assert before["metrics"] and {k: logged[k] for k in before["metrics"]} == before["metrics"]
         # the stand-in's op: 1 ms, 0.05 ms in each category but "other", the rest overhead
@@ -141,7 +147,10 @@ def test_profiled_sweep_explains_the_gap_in_the_report_and_compare(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df, client = runs(uri), MlflowClient(uri)
-    assert len(df) == 2 and set(df["tags.profile"]) == {"ok"}
+    assert len(df) == 2 and set(df["tags.profile"]) == {"ok"} and set(df["tags.design"]) == {"paired"}
+    jax = df[df["params.framework"] == "jax"]
+    assert jax["metrics.inference_speedup"].notna().all() and jax["metrics.training_speedup"].notna().all()
+    assert len(list(tmp_path.glob("multirun/*/*/0/job-*/process-profile"))) == 2  # one per job, after the trials
     for _, run_ in df.iterrows():
         for op in ("inference", "training"):
             parts = [run_[f"metrics.{op}_time_{p}_s"] for p in ("conv", "pool", "overhead")]

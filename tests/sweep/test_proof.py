@@ -11,6 +11,7 @@ import models
 from experiments.common.protocol import Point
 from experiments.store import records
 from experiments.sweep import points, preflight, proof
+from tests.helpers.groups import measured_together
 from tests.models.test_network import CONV, MLP
 
 
@@ -58,7 +59,8 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
     assert jax_job.tags["parity"] == "unchecked" and "only torch is declared" in jax_job.tags["parity_reason"]
     assert jax_job.tags["flops_source"] == "declared" and jax_job.flops == {}  # conv.py counts its own
     assert points.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
-    kept = points.run_job(jax_job, tmp_path / "job")  # no worker starts: every point skipped, with the reason
+    (kept,) = measured_together([jax_job], tmp_path)  # no worker starts: every point skipped, with the reason
+    assert not (tmp_path / "trials").exists()
     assert {k.record.outcome for k in kept.done} == {"skipped"} and len(kept.done) == len(jax_job.points)
     assert kept.done[0].record.tags["skip_reason_inference"] == points.lacks(jax_job)
     assert kept.done[0].record.tags["parity"] == "unchecked" and kept.done[0].record.run_name.startswith("conv · ")

@@ -1,11 +1,11 @@
-"""SLURM faults in the middle of a point, on the real single-node cluster (tests/cluster/slurm.sh): a job requeued
-while it measures, its node's slurmd killed and started again, and submitit's time-limit signal. A requeued job runs
-again and measures only what its dir does not hold; every point ends once, FINISHED or FAILED with its reason; no
-run stays RUNNING, none is logged twice, and the sweep's last line counts them.
+"""SLURM faults in the middle of a paired group's trials, on the real single-node cluster (tests/cluster/slurm.sh): a
+group's leader (the job that measures every variant of its cells) requeued while it measures, its node's slurmd
+killed and started again, and submitit's time-limit signal. A requeued leader runs again and measures its group from
+the start (a signal saves nothing where SLURM runs the job again); every point ends once, FINISHED or FAILED with its
+reason; no run stays RUNNING, none is logged twice, and the sweep's last line counts them.
 
-Points come from the fake worker (tests/helpers/fake_worker.py: FAKE_DELAY_S seconds each), so a fault lands inside
-a point and the counts are exact. The progress log gets one mark per measured point, so it says how many times the
-points were measured in all: once each.
+Points come from the fake worker (tests/helpers/fake_worker.py: FAKE_DELAY_S seconds per prepared cell), so a fault
+lands inside a group's trials and the counts are exact.
 """
 import json
 import os
@@ -23,7 +23,7 @@ from tests.sweep.test_faults import assert_once_each_and_closed
 
 pytestmark = pytest.mark.slow
 SLURM_DIR = Path(os.environ.get("NNBENCH_SLURM_DIR", "/tmp/nnbench-slurm"))
-FAKE = ["framework=torch", "bench=quick", "ops=[inference]", "hydra/launcher=slurm"]
+FAKE = ["framework=jax,torch", "bench=quick", "ops=[inference]", "hydra/launcher=slurm"]
 LENET, MLP = [2, 8, 32, 128], [2, 8, 32, 128, 512, 2048]  # their inference batch sizes
 
 
@@ -33,8 +33,24 @@ def fake(tmp_path_factory) -> str:
     return fake_interpreter(tmp_path_factory.mktemp("fake"))
 
 
-def saved(cwd: Path, job: int) -> int:
-    return len(list(cwd.glob(f"multirun/*/*/{job}/points/*/record.json")))
+def trials(cwd: Path, job: int, since: float = 0.0) -> int:
+    """The cells job `job` has measured in its first trial (written since `since`: a later run's)."""
+    return len([p for p in cwd.glob(f"multirun/*/*/{job}/trials/*/trial-0.json") if p.stat().st_mtime > since])
+
+
+def leaders(cwd: Path) -> list[int]:
+    """The jobs that measure a group, in sweep order (the sweep's state holds its groups once it started)."""
+    wait_for(lambda: list(cwd.glob("multirun/*/*/nnbench-sweep.json")), "the sweep's state", 120)
+    (state,) = cwd.glob("multirun/*/*/nnbench-sweep.json")
+    return [g[0] for g in json.loads(state.read_text())["groups"]]
+
+
+def measured_by(sweep: str, leader: int) -> dict[str, int]:
+    """Per point of the leader's group (`<job>/<slug>`): how many trials measured it."""
+    out = {}
+    for p in Path(sweep).glob(f"{leader}/job-*/points/*/samples.json"):
+        out[f"{p.parents[2].name}/{p.parent.name}"] = len(json.loads(p.read_text())["inference"]["processes"])
+    return out
 
 
 def running_task(cwd: Path, proc) -> str:
@@ -59,10 +75,6 @@ def finish(proc, cwd: Path) -> tuple[str, str, str]:
     return out.strip().splitlines()[-1], err, str(sweep.parent)
 
 
-def measured(sweep: str) -> int:
-    return len((Path(sweep) / "nnbench-progress.log").read_text())
-
-
 def job_log(sweep: str, job: int) -> str:
     """What every run of the Hydra job logged (submitit appends each run to one file)."""
     dirs = list(Path(sweep).glob(f".submitit/*_{job}")) or [d for d in Path(sweep).glob(".submitit/*")
@@ -79,63 +91,69 @@ def accounted(task: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def requeued_and_slurmd_killed(slurm, fake, tmp_path_factory):
-    """One sweep of two jobs (lenet's 4 points, then mlp_relu's 6; 3 s per point): job 0 is requeued while it
-    measures its second point (`scontrol requeue`, what a preemption does); while job 1 measures its second, the
-    node's slurmd is killed (SIGKILL) and started again 10 s later, before the job ends (a job that ended meanwhile
-    would wait for slurmd to report it)."""
+    """One sweep of two groups, each measured by its first job (lenet's 4 cells, then mlp_relu's 6, each variant
+    1.5 s per cell): lenet's leader is requeued while it measures its second cell (`scontrol requeue`, what a
+    preemption does); while mlp_relu's leader measures its second, the node's slurmd is killed (SIGKILL) and started
+    again 10 s later, before the job ends (a job that ended meanwhile would wait for slurmd to report it)."""
     cwd = with_store(tmp_path_factory.mktemp("requeue"))
     proc = launch(["-m", *FAKE, "model=lenet,mlp_relu", f"runtime.python={fake}"], cwd, FAKE_FAULT="none",
-                  FAKE_DELAY_S="3", FAKE_MEDIAN_PER_BATCH="1")
-    wait_for(lambda: saved(cwd, 0) >= 1 or proc.poll() is not None, "job 0's first point", 300)
+                  FAKE_DELAY_S="1.5", FAKE_MEDIAN_PER_BATCH="1")
+    lenet, mlp = leaders(cwd)
+    wait_for(lambda: trials(cwd, lenet) >= 1 or proc.poll() is not None, "lenet's first cell", 300)
     first = running_task(cwd, proc)
     subprocess.run(["scontrol", "requeue", first], check=True)
-    wait_for(lambda: saved(cwd, 1) >= 1 or proc.poll() is not None, "job 1's first point", 300)
+    wait_for(lambda: trials(cwd, mlp) >= 1 or proc.poll() is not None, "mlp_relu's first cell", 300)
     second = running_task(cwd, proc)
     os.kill(int((SLURM_DIR / "slurmd.pid").read_text()), signal.SIGKILL)
     time.sleep(10)
     subprocess.run(["slurmd"], check=True)  # it reads /etc/slurm/slurm.conf, as slurm.sh started it
-    return (*finish(proc, cwd), first, second)
+    return (*finish(proc, cwd), first, second, lenet, mlp)
 
 
-def test_a_requeued_job_measures_only_what_it_had_not(requeued_and_slurmd_killed):
-    last, _, sweep, first, _ = requeued_and_slurmd_killed
-    assert last == "10 finished, 0 skipped, 0 failed"
+def test_a_requeued_leader_measures_its_group_again_and_logs_each_point_once(requeued_and_slurmd_killed):
+    last, _, sweep, first, _, lenet, _ = requeued_and_slurmd_killed
+    assert last == "20 finished, 0 skipped, 0 failed"
     assert accounted(first) == ["REQUEUED", "COMPLETED"]  # it ran twice
-    assert "runs again: 1 of its points were measured before, 3 left" in job_log(sweep, 0)
-    assert measured(sweep) == 10  # the point in progress at the requeue was measured once, by the next run
+    assert "requeued by SLURM; its next run measures the points it has not finished" in job_log(sweep, lenet)
+    # nothing of the first run was saved: the next run measured every point of the group, each in one trial
+    m = measured_by(sweep, lenet)
+    assert len(m) == 8 and set(m.values()) == {1} and {k.split("/")[1].split("-")[0] for k in m} == {"lenet"}
     uri = f"sqlite:///{Path(sweep).parents[2]}/mlruns/mlflow.db"
-    assert_once_each_and_closed(uri, LENET + MLP)
+    assert_once_each_and_closed(uri, LENET * 2 + MLP * 2)
     assert json.loads((Path(sweep) / "nnbench-sweep.json").read_text())["ended"] == "finished"
 
 
 def test_a_killed_slurmd_costs_nothing(requeued_and_slurmd_killed):
-    _, _, sweep, _, second = requeued_and_slurmd_killed
+    _, _, sweep, _, second, _, mlp = requeued_and_slurmd_killed
     assert accounted(second) == ["COMPLETED"]  # the job went on while its node's daemon was away
-    assert "runs again" not in job_log(sweep, 1)
+    assert "requeued by SLURM" not in job_log(sweep, mlp)
+    assert len(measured_by(sweep, mlp)) == 12 and set(measured_by(sweep, mlp).values()) == {1}
 
 
-def test_time_limit_requeues_then_fails_the_rest_with_the_reason(slurm, fake, tmp_path):
+def test_time_limit_requeues_then_fails_the_group_with_the_reason(slurm, fake, tmp_path):
     """submitit's signal before a time limit (USR2, sent here by `scancel --signal`, as submitit's own tests do, so
-    that it comes inside a point: SLURM sends it from a 30 s timer), twice, with one requeue allowed: the job stops
-    its worker, submitit requeues it, the next run measures what is left until the second signal, and the points
-    still left become FAILED runs that say why."""
+    that it comes inside the trials: SLURM sends it from a 30 s timer), twice, with one requeue allowed: the leader
+    stops its workers, submitit requeues it, the next run measures the group again until the second signal, and the
+    group's points (each variant's, the follower's too) become FAILED runs that say why."""
     proc = launch(["-m", *FAKE, "model=lenet", f"runtime.python={fake}", "hydra.launcher.timeout_min=5",
-                   "hydra.launcher.max_num_timeout=1"], with_store(tmp_path), FAKE_FAULT="none", FAKE_DELAY_S="3",
+                   "hydra.launcher.max_num_timeout=1"], with_store(tmp_path), FAKE_FAULT="none", FAKE_DELAY_S="1.5",
                   FAKE_MEDIAN_PER_BATCH="1")
-    for n in (1, 3):
-        wait_for(lambda: saved(tmp_path, 0) >= n or proc.poll() is not None, f"{n} points", 300)
+    since = 0.0
+    for _ in range(2):
+        wait_for(lambda: trials(tmp_path, 0, since) >= 1 or proc.poll() is not None, "a cell measured", 300)
         task = running_task(tmp_path, proc)
+        since = time.time()
         subprocess.run(["scancel", "--signal=USR2", task], check=True)
     last, _, sweep = finish(proc, tmp_path)
-    assert last == "3 finished, 0 skipped, 1 failed"
+    assert last == "0 finished, 0 skipped, 8 failed"
     assert accounted(task) == ["REQUEUED", "COMPLETED"]
     log = job_log(sweep, 0)
     assert "Requeued job" in log and "Job not requeued because: timed-out too many times" in log  # submitit's
-    assert measured(sweep) == 3
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    assert_once_each_and_closed(uri, LENET)
-    (failed,) = [p for p in tmp_path.glob("multirun/*/*/0/points/*/record.json")
-                 if json.loads(p.read_text())["outcome"] == "failed"]
-    reason = json.loads(failed.read_text())["tags"]["failure_reason"]
-    assert reason.startswith("the SLURM job reached its time limit (hydra.launcher.timeout_min=5)")
-    assert "hydra.launcher.max_num_timeout" in reason
+    assert_once_each_and_closed(uri, LENET * 2)
+    failed = list(tmp_path.glob("multirun/*/*/0/job-*/points/*/record.json"))
+    assert len(failed) == 8 and not list(tmp_path.glob("multirun/*/*/1/**/record.json"))
+    for p in failed:
+        reason = json.loads(p.read_text())["tags"]["failure_reason"]
+        assert reason.startswith("the SLURM job reached its time limit (hydra.launcher.timeout_min=5)")
+        assert "hydra.launcher.max_num_timeout" in reason

@@ -3,7 +3,7 @@ artifact destination sits on a small tmpfs that fills up, then turns read-only, 
 sweep keeps every point on disk, leaves nothing RUNNING and says in one line what happened and the repair; once
 the fault is cleared, `nnbench upload` completes the store, each point exactly once.
 
-Points come from the fake worker (tests/helpers/fake_worker.py), which fills the disk once the first point is saved.
+Points come from the fake worker (tests/helpers/fake_worker.py), which fills the disk as it prepares its first cell.
 """
 import os
 import shutil
@@ -42,7 +42,7 @@ def server_on_a_small_disk():
 
 def sweep(cwd: Path, uri: str, *args: str, **env: str) -> str:
     """A sweep that the fault stops logging: its one line (no retries of the failed uploads, which only wait)."""
-    r = run(["-m", "framework=torch", "ops=[inference]", "bench=quick", *args], cwd, FAKE_FAULT="none",
+    r = run(["-m", "ops=[inference]", "bench=quick", *args], cwd, FAKE_FAULT="none",
             FAKE_MEDIAN_PER_BATCH="1", MLFLOW_TRACKING_URI=uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", **env)
     assert r.returncode == 1, r.stderr[-3000:]
     assert "Traceback" not in r.stdout + r.stderr
@@ -55,16 +55,17 @@ def test_a_full_then_read_only_artifact_store_loses_nothing(server_on_a_small_di
     uri, disk = server_on_a_small_disk
     full, read_only = tmp_path / "full", tmp_path / "read-only"
     full.mkdir(), read_only.mkdir()
-    line = sweep(full, uri, "model=lenet", f"runtime.python={fake_python}", FAKE_FILL_DISK=str(disk / "junk"))
-    assert line.startswith(f"nnbench: error: 4 finished, 0 skipped, 0 failed, 4 not logged (the tracking server "
+    line = sweep(full, uri, "model=lenet", "framework=jax,torch", f"runtime.python={fake_python}",
+                 FAKE_FILL_DISK=str(disk / "junk"))
+    assert line.startswith(f"nnbench: error: 8 finished, 0 skipped, 0 failed, 8 not logged (the tracking server "
                            f"at {uri} {REASON}); the sweep's report is not in the store either; the points are kept in ")
     assert f"nnbench upload {full}/multirun/" in line
-    assert len(list(full.glob("multirun/*/*/*/points/*/record.json"))) == 4  # every point on disk
+    assert len(list(full.glob("multirun/*/*/0/job-*/points/*/record.json"))) == 8  # every point on disk, paired
     assert "RUNNING" not in {r.info.status for r in every_run(uri)}
 
     (disk / "junk").unlink()
     remount_readonly(disk)
-    line = sweep(read_only, uri, "model=mlp_relu", "batch_size=2", f"runtime.python={fake_python}")
+    line = sweep(read_only, uri, "model=mlp_relu", "framework=torch", "batch_size=2", f"runtime.python={fake_python}")
     assert line.startswith(f"nnbench: error: 1 finished, 0 skipped, 0 failed, 1 not logged (the tracking server at "
                            f"{uri} {REASON})")
     assert "RUNNING" not in {r.info.status for r in every_run(uri)}
@@ -82,7 +83,7 @@ def test_a_full_then_read_only_artifact_store_loses_nothing(server_on_a_small_di
     for parent in parents:
         points = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
         sizes = sorted(int(r.data.params["batch_size"]) for r in points)
-        assert sizes in ([2, 8, 32, 128], [2])  # each point once
+        assert sizes in ([2, 2, 8, 8, 32, 32, 128, 128], [2])  # each point once
         for r in points:
             assert r.info.status == "FINISHED" and r.info.lifecycle_stage == "active"
             assert "nnbench.incomplete" not in r.data.tags

@@ -1,4 +1,5 @@
 """The README command end to end, in subprocesses, into real MLflow stores (sqlite, and a local server)."""
+import json
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -61,11 +63,52 @@ def test_readme_sweep_quick(readme_sweep):
     client = MlflowClient(uri)
     names = {a.path for a in client.list_artifacts(df["run_id"].iloc[0])}
     assert {"config.yaml", "samples.json", "environment.json", "samples.png"} <= names
-    # every result is on disk in the Hydra job dirs too
-    assert len(list(cwd.glob("multirun/*/*/*/points/*/record.json"))) == 8
-    assert {p.read_text() for p in cwd.glob("multirun/*/*/*/points/*/mlflow_run_id")} == set(df["run_id"])
+    # every result is on disk, in the dir of the job that measured the group: job 0, each job's points apart
+    (sweep_dir,) = cwd.glob("multirun/*/*")
+    assert len(list(sweep_dir.glob("**/points/*/record.json"))) == 8
+    for job, fw in ((0, "jax"), (1, "torch")):
+        assert {p.name for p in sweep_dir.glob(f"0/job-{job}/points/*")} == {
+            f"lenet-{fw}-{'jit' if fw == 'jax' else 'eager'}-fp32-bs{bs}" for bs in (2, 8, 32, 128)}
+    assert not list((sweep_dir / "1").glob("**/points"))  # job 1, a follower, measured nothing
+    assert {p.parent.name for p in sweep_dir.glob("0/trials/*/trial-0.json")} == {
+        "bs2-inference", "bs8-inference", "bs32-inference", "bs32-training", "bs128-inference", "bs128-training"}
+    assert {p.read_text() for p in sweep_dir.glob("**/points/*/mlflow_run_id")} == set(df["run_id"])
     # no secrets: the environment record is an allow-list
     assert not any(c.startswith("tags.") and ("KEY" in c or "TOKEN" in c or "SECRET" in c) for c in df.columns)
+
+
+@pytest.mark.slow
+def test_readme_sweep_is_paired(readme_sweep):
+    """Both frameworks' points come from one group: jax's carry their speedup over torch's (one trial: no interval,
+    no verdict), torch's are the baseline; the parent's per-cell metrics are the points' speedups."""
+    _, uri, proc = readme_sweep
+    df = runs(uri)
+    assert set(df["tags.design"]) == {"paired"} and set(df["tags.compared_with"]) == {"torch-eager fp32"}
+    jax, torch = (df[df["params.framework"] == fw] for fw in ("jax", "torch"))
+    assert set(jax["tags.variant"]) == {"jax-jit fp32"} and set(torch["tags.variant"]) == {"torch-eager fp32"}
+    assert set(torch["tags.paired_baseline"]) == {"true"} and jax["tags.paired_baseline"].isna().all()
+    assert not [c for c in df if c.endswith(("_speedup", "_verdict")) and torch[c].notna().any()]
+    assert (jax["tags.differs"] == "layout nhwc vs contiguous").all()  # parity ok: nothing else but the layout
+    (parent,) = runs(uri, parents=True)["run_id"]
+    cells = MlflowClient(uri).get_run(parent).data.metrics
+    trained = jax[jax["params.batch_size"].astype(int) >= 32]
+    for op, rows in (("inference", jax), ("training", trained)):
+        assert set(rows[f"tags.{op}_verdict"]) == {"no verdict"}
+        assert set(rows[f"metrics.{op}_speedup_trials"]) == {1}
+        assert f"metrics.{op}_speedup_ci95_low" not in df or df[f"metrics.{op}_speedup_ci95_low"].isna().all()
+        for bs, speedup in zip(rows["params.batch_size"], rows[f"metrics.{op}_speedup"]):
+            cell = f"speedup_{op}_bs{bs}_lenet_jax-jit_fp32_vs_torch-eager_fp32"
+            assert cells[cell] == pytest.approx(speedup, rel=1e-3)
+        cell_means = [cells[f"speedup_{op}_bs{bs}_lenet_jax-jit_fp32_vs_torch-eager_fp32"]
+                      for bs in rows["params.batch_size"]]
+        assert cells[SPEEDUP.format(op=op)] == pytest.approx(float(np.exp(np.mean(np.log(cell_means)))), rel=2e-3)
+    out = proc.stdout + proc.stderr
+    assert "job 1: its points are measured with job 0's, paired" in out
+    for bs in (2, 8, 32, 128):  # a line per cell and trial, each variant's median in it
+        assert re.search(f"lenet inference bs{bs}, trial 1: jax-jit fp32 [\\d.]+ ms, torch-eager fp32 [\\d.]+ ms", out)
+    said = r"[\d.]+× (faster|slower) \(one trial: no interval\)"
+    assert re.search(f"lenet · jax-jit · fp32 · bs32: .*; vs torch-eager fp32: inference {said}, training {said}",
+                     out)
 
 
 @pytest.mark.slow
@@ -81,15 +124,21 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     assert p.data.params["job_count"] == "2" and p.data.params["point_count"] == "8"
     # the parent carries the answer: description, metrics, the environment's tags, the UI's columns
     note = p.data.tags["mlflow.note.content"]
-    verdict = r"(\d+\.\d\d× (faster|slower)|as fast)"
-    assert re.fullmatch(f"jax-jit fp32: inference {verdict}, training {verdict} \\(vs torch-eager fp32, geometric "
-                        "means\\)", headline), headline
+    verdict = r"(\d+\.\d\d× (faster|slower)|as fast)"  # one trial: no interval, no verdict
+    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {verdict} \\(4 of 4 cells no verdict\\), "
+                        f"training {verdict} \\(2 of 2 cells no verdict\\)", headline), headline
     assert note.startswith(f"{headline}\n\n| model ")  # a plain line: the runs table shows it raw
     assert "- lenet training: jax-jit fp32 is " in note and "| lenet   | inference |       2 | jax-jit fp32" in note
+    assert "Paired: each cell's variants took turns" in note and "- jax-jit fp32: layout nhwc vs contiguous" in note
     assert "Environment: cpu (" in note and "`report.html`" in note
     m = p.data.metrics
     assert m["points_finished"] == 8 and m["points_failed"] == 0 and m["sweep_wall_s"] > 0
     assert {SPEEDUP.format(op="inference"), SPEEDUP.format(op="training")} <= set(m)
+    assert not [k for k in m if k.endswith(("_ci95_low", "_ci95_high"))]  # one trial: no interval
+    # the runs table's columns: the point counts and the geometric means, not each cell's speedup (the run page's)
+    view = json.loads(MlflowClient(uri).get_experiment(parent.experiment_id).tags["mlflow.sharedViewState.nnbench"])
+    assert [c for c in view["selectedColumns"] if "speedup" in c] == [
+        f"metrics.`{SPEEDUP.format(op=op)}`" for op in ("inference", "training")]
     for op in ("inference", "training"):  # the headline's numbers are the metrics'
         speedup, said = m[SPEEDUP.format(op=op)], re.search(f"{op} ([\\d.]+)× (faster|slower)", headline)
         if said is None:
@@ -108,9 +157,13 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
             "speedup.png", "summary.csv", "report.md", "report.html"} <= arts
     summary = pd.read_csv(MlflowClient(uri).download_artifacts(parent.run_id, "summary.csv", str(cwd)))
     assert set(summary["run_id"]) == set(children["run_id"])
-    # progress: one line per point with done/total, and the runs-table link at the end
+    # progress: a line per cell and trial with done/total (a measurement per variant), the table, the headline
+    # and the runs-table link at the end
     out = proc.stdout + proc.stderr
-    assert "[8/8, ETA 0:00]" in out and "[1/8, ETA" in out
+    assert "[12/12, ETA 0:00]" in out and "[2/12, ETA" in out and "[1/12" not in out
+    assert f"\n\n{headline}\n\n8 runs under parent {parent.run_id}" in proc.stdout
+    assert re.search(r"\| lenet +\| training +\| +128 \| jax-jit fp32 +\| .* \| \([\d.]+×\) +\|", proc.stdout)
+    assert "speedup vs torch-eager fp32" in proc.stdout
     assert f"http://127.0.0.1:5000/#/experiments/{parent.experiment_id}/runs/{parent.run_id}?workflowType=" \
            "machine_learning" in out
     assert "runs?workflowType=machine_learning&viewStateShareKey=nnbench" in out
@@ -174,14 +227,77 @@ def test_gpu_without_gpu_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_crashing_job_is_recorded_and_the_sweep_goes_on(tmp_path, fake_python):
-    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "bench=quick",
+def test_crashing_variant_is_recorded_and_its_sibling_measured(tmp_path, fake_python):
+    """Two environments of one cell, paired: the stand-in's worker crashes as it prepares each cell; its point is
+    FAILED with the reason, and the real worker's is measured all the same (in a trial of its own)."""
+    r = run(["-m", "framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]", "bench=quick",
              f"runtime.python={fake_python},null"], cwd=with_store(tmp_path), FAKE_FAULT="early")
     assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "1 finished, 0 skipped, 1 failed"
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    assert sorted(df["status"]) == ["FAILED", "FINISHED"]
-    failed = df[df["status"] == "FAILED"].iloc[0]
-    assert failed["tags.failure_reason"].startswith("worker killed by SIGSEGV")
+    assert sorted(df["status"]) == ["FAILED", "FINISHED"] and set(df["tags.design"]) == {"paired"}
+    failed, ok = (df[df["status"] == status].iloc[0] for status in ("FAILED", "FINISHED"))
+    assert "killed by SIGSEGV" in failed["tags.failure_reason"] and fake_python in failed["tags.variant"]
+    assert ok["metrics.inference_median_s"] > 0 and ok["tags.variant"].endswith("runtime.python=None")
+    assert "metrics.inference_speedup" not in df or df["metrics.inference_speedup"].isna().all()  # no pair
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")
+    assert [json.loads(p.read_text())["failure"] is not None for p in
+            sorted(sweep_dir.glob("0/trials/bs2-inference/trial-*.json"))] == [True, False]
+    assert "[4/4, ETA 0:00]" in r.stdout + r.stderr  # the trial measured again counts in the progress
+
+
+@pytest.mark.slow
+def test_two_trials_give_each_speedup_its_interval_and_verdict(tmp_path, fake_python):
+    """bench.processes=2: each cell's ratio from two fresh trials (jax's stand-in twice as fast, each worker off by
+    its own ±0.25%), so each point's speedup has an interval and a verdict, and the parent's geometric means too."""
+    r = run(["-m", "framework=jax,torch", "model=lenet", "bench=quick", "bench.processes=2", "bench.max_processes=2",
+             f"runtime.python={fake_python}"], cwd=with_store(tmp_path), FAKE_FAULT="none", FAKE_SPEEDUP="jax:2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    df = runs(uri)
+    jax = df[df["params.framework"] == "jax"]
+    trained = jax[jax["params.batch_size"].astype(int) >= 32]
+    for op, rows in (("inference", jax), ("training", trained)):
+        assert set(rows[f"tags.{op}_verdict"]) == {"faster"} and set(rows[f"metrics.{op}_speedup_trials"]) == {2}
+        low, speedup, high = (rows[f"metrics.{op}_speedup{k}"] for k in ("_ci95_low", "", "_ci95_high"))
+        assert ((1.8 < low) & (low < speedup) & (speedup < high) & (high < 2.2)).all()
+        assert (rows[f"metrics.{op}_speedup_q_value"] < 0.05).all()
+    (parent,) = runs(uri, parents=True)["run_id"]
+    p = MlflowClient(uri).get_run(parent).data
+    interval = r"[12]\.\d\d× faster \[[12]\.\d\d, [12]\.\d\d\]"  # 2× faster, as the metrics below say
+    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {interval} \\(4 of 4 cells faster\\) †, "
+                        f"training {interval} \\(2 of 2 cells faster\\) †", p.tags["nnbench.headline"])
+    for op in ("inference", "training"):
+        low, mean, high = (p.metrics[SPEEDUP.format(op=op) + k] for k in ("_ci95_low", "", "_ci95_high"))
+        assert 1.8 < low <= mean <= high < 2.2  # to 4 digits
+    assert p.tags["nnbench.headline"] in r.stdout
+    assert re.search(r"lenet · jax-jit · fp32 · bs32: .*; vs torch-eager fp32: inference [12](\.\d+)?× faster "
+                     r"\[[\d.]+, [\d.]+\], training [12](\.\d+)?× faster \[[\d.]+, [\d.]+\];", r.stdout)
+    assert "[24/24, ETA 0:00]" in r.stdout + r.stderr and "trial 2: jax-jit fp32 " in r.stdout
+
+
+@pytest.mark.slow
+def test_unpaired_sweep_measures_each_job_on_its_own(tmp_path, fake_python):
+    """bench.paired=false, the engine before pairing: each job measures its own points in bench.processes workers one
+    after another, in its own dir, and the answer marks its speedups unpaired."""
+    r = run(["-m", "framework=jax,torch", "model=mlp_relu", "batch_size=8", "ops=[inference]", "bench=quick",
+             "bench.processes=2", "bench.paired=false", f"runtime.python={fake_python}"], cwd=with_store(tmp_path),
+            FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for mode in ("jax-jit", "torch-eager"):  # a line per worker, the point's numbers once its last one is done
+        assert f"mlp_relu · {mode} · fp32 · bs8: process 1 of 2 measured" in r.stdout
+        assert f"mlp_relu · {mode} · fp32 · bs8: inference 0.800 ms [0.800, 0.800]" in r.stdout
+    assert "[4/4, ETA 0:00]" in r.stdout and "trial 1" not in r.stdout and "measured with job 0's" not in r.stdout
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")
+    assert sorted(p.parents[2].name for p in sweep_dir.glob("*/points/*/record.json")) == ["0", "1"]
+    assert not list(sweep_dir.glob("*/trials")) and not list(sweep_dir.glob("*/job-*"))
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    df = runs(uri)
+    assert set(df["tags.design"]) == {"unpaired"} and "tags.compared_with" not in df
+    assert set(df["tags.parity"]) == {"unchecked"} and set(df["tags.flops_source"]) == {"dsl"}  # as a paired job's
+    assert set(df["metrics.inference_median_s"]) == {8e-4} and "metrics.inference_speedup" not in df
+    headline = MlflowClient(uri).get_run(runs(uri, parents=True)["run_id"].iloc[0]).data.tags["nnbench.headline"]
+    assert headline == "jax-jit fp32 vs torch-eager fp32: inference as fast (unpaired) †"
 
 
 @pytest.mark.slow
@@ -349,10 +465,13 @@ def test_parent_structure_holds_with_other_launchers(tmp_path, fake_python, laun
         assert "Joblib.Parallel" in r.stdout + r.stderr
     (sweep_dir,) = tmp_path.glob("multirun/*/*")
     assert sorted(p.name for p in sweep_dir.iterdir() if p.name.isdigit()) == ["0", "1"]
+    # job 0's process rebuilt its sibling from the sweep's state and measured both, paired; job 1's measured nothing
+    assert len(list(sweep_dir.glob("0/job-*/points/*/record.json"))) == 2 and not list(sweep_dir.glob("1/**/points"))
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     (parent,) = runs(uri, parents=True).itertuples()
     children = runs(uri)
     assert len(children) == 2 and (children["tags.mlflow.parentRunId"] == parent.run_id).all()
+    assert set(children["tags.design"]) == {"paired"} and children["metrics.inference_speedup"].notna().sum() == 1
     assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_mlp_relu_inference.png"}
     assert r.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
 

@@ -1,0 +1,17 @@
+"""A paired group measured in this process, as a sweep's leader measures it (`cells.run_group`) but without Hydra or
+a store: each job's points read, judged and saved under `<directory>/job-<i>/points/`, the trials in
+`<directory>/trials/`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.common.job import Job
+from experiments.sweep import cells, points
+
+
+def measured_together(jobs: list[Job], directory: Path, caches: list[Path | None] | None = None) -> list[points.Points]:
+    """The jobs (one group: they differ only in variant keys) measured paired; each job's collector, its `records`
+    saved, none logged."""
+    kept = [points.Points(job, directory / f"job-{i}", ticks=False) for i, job in enumerate(jobs)]
+    cells.run_group(jobs, kept, directory, caches or [None] * len(jobs), None)
+    return kept
