@@ -22,7 +22,7 @@ from models._layers import (LSTM, STATS, Act, Attention, BatchNorm, ClassToken, 
                             RMSNorm, Token, ToTokens, Upsample, is_stat, pair)
 from models._load import declared, load
 from models._registry import ENTRY_POINTS, FILE, available, installed, names, preload
-from models._weights import LSTM_GATES, Entry, From, attention, encoder_layer, entry, lstm, lstm_name
+from models._weights import LSTM_GATES, Entry, From, attention, encoder_layer, entry, lstm_cell, lstm_name
 
 __all__ = [
     # _layers
@@ -34,7 +34,7 @@ __all__ = [
     # _declarations
     "Model", "ModelSpec", "Network", "Source", "OPS",
     # _weights
-    "From", "Entry", "entry", "attention", "encoder_layer", "lstm", "lstm_name", "LSTM_GATES",
+    "From", "Entry", "entry", "attention", "encoder_layer", "lstm_cell", "lstm_name", "LSTM_GATES",
     # _registry and _load
     "available", "installed", "names", "preload", "declared", "load", "ENTRY_POINTS", "FILE",
 ]

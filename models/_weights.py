@@ -182,7 +182,7 @@ def packed_layer(flax_name: str, flax_shape: tuple[int, ...], name: str, shape: 
                 f"dim={dim}, heads={heads})")
     gates = {lstm_name(side, g) for side in "ih" for g in LSTM_GATES}
     if (m := re.fullmatch(r"(weight_ih|weight_hh|bias_hh)_l(\d+)", param)) and part in gates and parts == 4:
-        return (f"{name} is torch's LSTM gates i, f, g, o: map the cell with **models.lstm({cell!r}, {where!r}, "
+        return (f"{name} is torch's LSTM gates i, f, g, o: map the cell with **models.lstm_cell({cell!r}, {where!r}, "
                 f"hidden={shape[0] // 4}, layer={m.group(2)})")
     return None
 
@@ -244,7 +244,7 @@ def encoder_layer(flax: str, torch: str, dim: int, heads: int) -> dict[str, From
     return out
 
 
-def lstm(flax: str, torch: str, hidden: int, layer: int = 0) -> dict[str, From]:
+def lstm_cell(flax: str, torch: str, hidden: int, layer: int = 0) -> dict[str, From]:
     """The map of an `nnx.LSTMCell` at path `flax` from layer `layer` of an `nn.LSTM` named `torch`: torch packs the
     gates i, f, g, o as the rows of weight_ih_l<layer>, weight_hh_l<layer> and its biases; Flax keeps a Linear per
     gate and side, one bias per gate (on the hidden side). Torch's bias_ih_l<layer> has no counterpart: hold it at

@@ -21,6 +21,14 @@ def net(file: str, **keys) -> models.Network:
     return models.load("file", path=str(NETS / file), **keys)
 
 
+def test_no_helper_is_shadowed_by_a_built_in_model():
+    """Importing a built-in model's module sets it as an attribute of `models`: a helper of the same name would turn
+    into that module once any sweep has loaded the model."""
+    assert not set(models.__all__) & set(models.available())
+    models.load("lstm")
+    assert callable(models.lstm_cell) and callable(models.attention)
+
+
 def test_a_reading_slices_transposes_reshapes_or_calls():
     w, b = np.arange(96 * 32.0).reshape(96, 32), np.arange(96.0)
     key = models.From("qkv.weight", rows=slice(32, 64), reshape=(32, 4, 8))
@@ -65,7 +73,7 @@ def test_a_malformed_reading_is_one_line(make, message):
      "models.From('qkv.weight', rows=slice(0, 32))"),
     ("q.kernel", (32, 4, 8), "qkv.weight", (96, 32), "reshape=(32, 4, 8)"),
     ("att.query.bias", (4, 8), "att.in_proj_bias", (96,), "**models.attention('att', 'att', dim=32, heads=4)"),
-    ("cell.hg.kernel", (5, 5), "lstm.weight_hh_l1", (20, 5), "**models.lstm('cell', 'lstm', hidden=5, layer=1)"),
+    ("cell.hg.kernel", (5, 5), "lstm.weight_hh_l1", (20, 5), "**models.lstm_cell('cell', 'lstm', hidden=5, layer=1)"),
     ("b", (5,), "t.b", (7,), "no reading of t.b's 7 values gives 5: map b from the torch parameter that holds it"),
 ])
 def test_the_fix_a_mismatch_names_fits(flax_name, flax_shape, name, shape, named):
@@ -93,7 +101,7 @@ def test_the_fix_a_mismatch_names_fits(flax_name, flax_shape, name, shape, named
     ("attention.py", {"weights": "unread"}, r"^attention: no entry of the weight map reads rows 64:96 of "
      r"att.in_proj_weight: map them"),
     ("lstm.py", {"weights": "whole"}, r"rnn.cell.hg.bias \(5,\) <- lstm.bias_hh_l0 \(20,\) reads as \(20,\): .* map "
-     r"the cell with \*\*models.lstm\('rnn.cell', 'lstm', hidden=5, layer=0\)$"),
+     r"the cell with \*\*models.lstm_cell\('rnn.cell', 'lstm', hidden=5, layer=0\)$"),
     ("lstm.py", {"frozen": False}, r"leaves out torch parameters lstm.bias_ih_l0: map each one; lstm.bias_ih_l0 has "
      r"no counterpart in Flax's LSTM cell \(one bias per gate\): hold it at zero and frozen"),
 ])
