@@ -19,7 +19,8 @@ from experiments.cli.selection import add_selection, select, sweep_id
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict
+from experiments.compare import history
+from experiments.measure.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import readable
 
 
@@ -83,7 +84,6 @@ def run(a: argparse.Namespace) -> int:
 def two_sweeps(a: argparse.Namespace) -> int:
     """Each point of the second sweep against the first: history's verdict along an axis of two values, 1 and 2."""
     import pandas as pd  # pandas: only once two sweeps are asked for
-    from experiments.cli import history
 
     uri = readable(a.uri)
     ids = [sweep_id(uri, a.experiment, s) for s in a.sweep]
@@ -97,11 +97,10 @@ def two_sweeps(a: argparse.Namespace) -> int:
     if not shared:
         raise BadInput(f"sweeps {ids[0]} and {ids[1]} share no point (model, op, batch size, variant): select two "
                        "sweeps of the same points")
-    s, r, values = history.judged(t, "sweep", uri, a.threshold, a.fdr)
-    legend = f"sweep 1 = {ids[0]}, sweep 2 = {ids[1]}"
-    slower = r[r["verdict"] == Verdict.SLOWER] if not r.empty else r
+    h = history.judged(t, "sweep", uri, a.threshold, a.fdr)
+    r = h.regressions
     if a.json:
         print(r.assign(before=ids[0], after=ids[1]).to_json(orient="records", indent=1) if not r.empty else "[]")
     else:
-        print(f"{legend}\n" + history.report(s, r, values, "sweep", a.threshold, a.fdr))
-    return LOST if a.fail_on_regression and len(slower) else OK
+        print(f"sweep 1 = {ids[0]}, sweep 2 = {ids[1]}\n" + history.report(h, a.threshold, a.fdr))
+    return LOST if a.fail_on_regression and history.slower(h) else OK
