@@ -149,11 +149,12 @@ def search(uri: str, experiment: str, fs: str):
         raise BadInput(failure(uri, e, "--uri")) from None
 
 
-def select(a: argparse.Namespace, sweep: str | None = None):
+def select(a: argparse.Namespace, sweep: str | None = None, given: str | None = None):
     """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
-    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is)."""
+    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is). The
+    sweep's run id is `sweep`, else the one `given` names (a run id, or last), else --sweep's."""
     uri = readable(a.uri)
-    sweep = sweep or sweep_id(uri, a.experiment, a.sweep)
+    sweep = sweep or sweep_id(uri, a.experiment, given or a.sweep)
     try:
         pairs = pairs_of(a.filters)
     except ValueError as e:
