@@ -6,6 +6,7 @@ import subprocess
 import pytest
 from hydra import compose, initialize_config_dir
 
+import models
 from experiments.common.config import register
 from tests.helpers import ROOT, fake_interpreter, unavailable
 
@@ -47,7 +48,16 @@ def _gpu_visible() -> bool:
         return False
 
 
+# The fast tier (`-m "not slow"`) runs each per-model check of the frameworks (tests/measure: ops, FLOPs, parity,
+# profiles, compiling once) on these models; every other built-in model's cases are in the slow tier.
+FAST_MODELS = ("lenet", "mlp_relu")
+
+
 def pytest_collection_modifyitems(config, items):
+    others = set(models.available()) - set(FAST_MODELS)
+    for item in items:
+        if getattr(item, "callspec", None) and item.callspec.params.get("name") in others:
+            item.add_marker(pytest.mark.slow)
     if _gpu_visible():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU visible")

@@ -241,6 +241,7 @@ def test_ctrl_c_anywhere_in_a_command_is_one_line_and_130(command, capsys, monke
     # in the sweep it runs as a child: stopped the sweep's way, its output kept from the terminal
     (["overhead", "framework=torch", "model=lenet", "bench=quick", "batch_size=8", "ops=[inference]"], 8),
 ])
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_and_exit_130(argv, after_s):
     code, err, _ = interrupted(argv, after_s)
     assert code == 130 and len(err) == 1, (code, err)

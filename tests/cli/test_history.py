@@ -39,6 +39,7 @@ def store(tmp_path):
     return tmp_path, uri, exp, rng
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("newest,code", [(1.3e-3, 1), (1.0e-3, 0)])
 def test_fail_on_regression_is_a_new_slower_step(store, newest, code):
     tmp, uri, exp, rng = store
@@ -55,6 +56,7 @@ def test_fail_on_regression_is_a_new_slower_step(store, newest, code):
     assert logged.empty and "history torch_version" in r.stdout
 
 
+@pytest.mark.slow
 def test_an_old_step_fails_only_since_it(store):
     tmp, uri, exp, rng = store
     log_point(uri, exp, "2.14.0", 1.3e-3, rng, tmp)

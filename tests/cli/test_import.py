@@ -1,8 +1,11 @@
 """`nnbench import`: saved TIMING/METADATA lines in, runs out, once per file."""
+import pytest
+
 from experiments import cli
 from tests.helpers import runs
 
 
+@pytest.mark.slow
 def test_import_logs_a_file_once(tmp_path, capsys):
     """A saved TIMING output (here, the seed page's own kind of lines) becomes runs, and only once."""
     text = "".join(f"{line}\n" for line in (

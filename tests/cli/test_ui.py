@@ -1,6 +1,8 @@
 """`nnbench ui`: the MLflow UI on a local store, or the links on a tracking server; a busy port is one line."""
 import socket
 
+import pytest
+
 from experiments import cli
 from tests.helpers import free_port, nnbench, serve, with_store
 
@@ -32,6 +34,7 @@ def test_a_busy_port_is_one_line_that_names_port(tmp_path, capsys):
                    f"(e.g. --port {port + 1})"
 
 
+@pytest.mark.slow
 def test_a_tracking_server_gets_its_own_links_and_nothing_started(tmp_path):
     port = free_port()
     server = serve(f"sqlite:///{with_store(tmp_path, 'server.db')}/server.db", port, tmp_path / "art")
@@ -48,6 +51,7 @@ def test_a_tracking_server_gets_its_own_links_and_nothing_started(tmp_path):
     assert lines[1].startswith("no sweep in this experiment yet") and "serving" not in r.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_ui_and_its_server_even_started_with_sigint_ignored(tmp_path):
     """A shell starts background jobs with SIGINT ignored; Ctrl-C (SIGINT to the process) still stops `nnbench ui`
     and the MLflow server it started, at once and with exit code 0."""

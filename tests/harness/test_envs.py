@@ -104,6 +104,7 @@ def test_a_planted_environment_differs_in_the_pin_only(offline, index, tmp_path,
     assert fingerprint(rec) != fingerprint(rec | {"nnbench_planted_version": "1.4"})
 
 
+@pytest.mark.slow
 def test_a_changed_base_rebuilds_and_list_and_clean_manage_the_cache(offline, index, tmp_path):
     base, idx, how = envs.packages(), envs.Index(index), envs.installer()
     specs = envs.parse(["nnbench-planted==1.0,1.1"])
@@ -130,6 +131,7 @@ def test_the_index_lists_its_versions(offline, index):
         envs.released("nnbench-nosuch", envs.Index(index))
 
 
+@pytest.mark.slow
 def test_the_index_lists_its_versions_with_a_fresh_venvs_pip(offline, index, tmp_path):
     """`bisect` in a venv made as the README makes it: its pip is ensurepip's (no `pip index versions --json`)."""
     venv.create(tmp_path / "v", with_pip=True)

@@ -21,6 +21,7 @@ def request(framework: str, compile: bool) -> Request:
                    {"name": "lenet"}, 0, budget, (Point(2, ("inference",)), Point(8, ("inference",))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     """The server is ready only once it has checked that nothing runs yet; each forked worker then sets its
@@ -52,6 +53,7 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     assert turn.ready.startup_s < spawned[0].startup_s
 
 
+@pytest.mark.slow
 def test_the_server_refuses_to_fork_once_something_runs():
     """A started XLA backend (its thread pools) or a second Python thread would be copied into every worker."""
     backend = ("import jax\nfrom experiments.measure import server\nprint(server.problem('jax'))\n"

@@ -141,6 +141,7 @@ def loud(w: Watched) -> dict[str, float]:
     return {trial: cpu / wall for trial, (cpu, wall) in w.parent.items() if cpu > QUIET_SHARE * wall}
 
 
+@pytest.mark.slow
 def test_the_idle_workers_are_stopped_take_no_cpu_and_every_burst_is_kept(tmp_path, watched, lent):
     """torch A/A over two cells in two trials, forked: during each burst the other worker is stopped (every thread)
     and its CPU time does not grow, nor that of either fork server (they wait in waitpid), and the parent spends
@@ -368,6 +369,7 @@ class StandIn:
         return None
 
 
+@pytest.mark.slow
 def test_unsettled_cells_get_more_trials_until_a_planted_five_percent_is_found(tmp_path, monkeypatch):
     """Trials whose log ratios spread 3% (stand-ins for workers): with 6 trials and up to 12 for a cell the judge
     leaves unsettled, a 5% slowdown is found in at least 90% of 180 comparisons, and A/A says slower or faster in at

@@ -106,6 +106,7 @@ def test_low_precision_runs_in_its_dtype(fw, precision):
         assert str(loss.dtype).endswith({"bf16": "bfloat16", "fp16": "float16"}[precision])
 
 
+@pytest.mark.slow
 def test_fp64_in_a_subprocess():
     """jax_enable_x64 is global to a process, so fp64 runs apart from the other tests."""
     code = ("import models; from experiments.measure.backends import load; from experiments.common.protocol import Setup\n"

@@ -38,6 +38,7 @@ print(sorted((after[t] - before.get(t, 0) for t in after), reverse=True))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell one thread from several")
 def test_one_jax_thread_runs_xla_on_one_thread():
     """Pinned to one core, one thread does (nearly) all of XLA's work; left alone, several share it."""

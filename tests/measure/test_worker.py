@@ -20,6 +20,7 @@ REQUEST = Request("jax", Setup("fp32", "auto", compile=True, memory_format="nhwc
 OTHER = {"jax": "torch", "torch": "jax"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, framework):
     setup = Setup("fp32", "auto", compile=framework == "jax", memory_format=FORMAT[framework])
@@ -64,6 +65,7 @@ def listener():
     shutil.rmtree(home)
 
 
+@pytest.mark.slow
 def test_a_paired_worker_prepares_cells_in_turn_and_frees_the_one_before(tmp_path, listener):
     """torch matmul_chain: the worker says it is ready (its threads and cores), prepares a 64 MiB cell and bursts
     it, then prepares a small one, by then holding the big one's memory no more; an op it can't run is prepared as

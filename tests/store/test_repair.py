@@ -23,6 +23,7 @@ def point_runs(uri: str, exp: str):
             r.data.tags]
 
 
+@pytest.mark.slow
 def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, store, fake_python, monkeypatch,
                                                                     make_cfg):
     monkeypatch.setenv("FAKE_FAULT", "none")
@@ -57,6 +58,7 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
     assert len(point_runs(uri, exp)) == 8
 
 
+@pytest.mark.slow
 def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(tmp_path, store, caplog):
     uri, exp = store
     client = MlflowClient(uri)

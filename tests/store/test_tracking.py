@@ -77,6 +77,7 @@ def test_resume_finds_finished_points_of_the_same_environment(store, tmp_path):
     assert tracking.finished_points(uri, exp, {"k1", "k2", "k3"}, None) == {"k1", "k2"}
 
 
+@pytest.mark.slow
 def test_a_parent_description_is_cut_at_a_whole_line(store, tmp_path):
     uri, exp = store
     parent = tracking.start_parent(uri, exp, "sweep", {"overrides": "model=lenet"})
@@ -119,6 +120,7 @@ def test_links_open_the_model_training_view():
     assert tracking.run_link("1", "http://server:8080/").startswith("http://server:8080/#/experiments/1/runs?")
 
 
+@pytest.mark.slow
 def test_two_sweeps_closing_at_once_keep_each_others_columns(store, monkeypatch):
     """Sweep B read the view before sweep A wrote it, and writes just after: A, checking back, merges again."""
     uri, exp = store
@@ -136,6 +138,7 @@ def test_two_sweeps_closing_at_once_keep_each_others_columns(store, monkeypatch)
     assert {f"metrics.`{a}`", f"metrics.`{b}`"} <= set(view_columns(uri))
 
 
+@pytest.mark.slow
 def test_a_long_command_line_names_its_parent_within_mlflows_250_characters(store):
     """PostgreSQL's runs.name is VARCHAR(250): a sweep's name is cut when the run starts, not only when it closes."""
     uri, exp = store

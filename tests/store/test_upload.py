@@ -1,6 +1,8 @@
 """Results kept on disk reach the store later: nothing lost when the store was down during a sweep."""
 import mlflow
 
+import pytest
+
 from experiments import cli
 from experiments.store import tracking
 from experiments.sweep import preflight
@@ -8,6 +10,7 @@ from experiments.store.sweepdir import Sweep, SweepState
 from tests.helpers.groups import measured_together
 
 
+@pytest.mark.slow
 def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_cfg, capsys):
     """A paired group as its leader saves it (each job's points in `<leader>/job-<i>/`): jax's stand-in crashes as
     it prepares every second cell, so two of its points failed; upload logs all eight, once."""

@@ -7,6 +7,7 @@ from experiments.store.sweepdir import STATE
 from experiments.sweep import cells, commandline
 
 
+@pytest.mark.slow
 def test_a_sweep_is_its_jobs_typed_validated_and_probed(tmp_path):
     v = commandline.explained(["-m", "framework=jax,torch", "model=lenet", "ops=[inference]", "bench=quick",
                                f"hydra.sweep.dir={tmp_path / 's'}", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"])

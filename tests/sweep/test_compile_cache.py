@@ -35,6 +35,7 @@ def check_cache(this, tmp_path):
     return cache
 
 
+@pytest.mark.slow
 def test_jax_loads_what_the_first_trial_compiled(tmp_path, make_cfg):
     cache = check_cache(job(make_cfg, "framework=jax"), tmp_path)
     assert any((cache / "jax").iterdir())
@@ -46,6 +47,7 @@ def test_torch_compile_loads_what_the_first_trial_compiled(tmp_path, make_cfg):
     assert any((cache / "inductor").iterdir())
 
 
+@pytest.mark.slow
 def test_no_cache_means_every_process_compiles(tmp_path, make_cfg):
     """On the unpaired engine (bench.paired=false): its processes, one after another, each compile."""
     this = job(make_cfg, "framework=jax", "runtime.compile_cache=false", "bench.paired=false")

@@ -28,6 +28,7 @@ def job(make_cfg, nets, file: str, *overrides: str):
     return preflight.job(c)
 
 
+@pytest.mark.slow
 def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, tmp_path, monkeypatch):
     asked = []
     real = proof.ask
