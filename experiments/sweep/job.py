@@ -62,16 +62,7 @@ def run(cfg: DictConfig) -> None:
     except interrupts.Interrupted as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
-        if requeue.runs_again(e.signum):
-            why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
-            for job, directory in group:
-                fail_the_rest(job, state, directory, f"the SLURM job reached its time limit (hydra.launcher."
-                              f"timeout_min={hc.launcher.get('timeout_min')}) before this point was measured, and "
-                              f"was not requeued ({why}): raise hydra.launcher.timeout_min or "
-                              "hydra.launcher.max_num_timeout")
-            return
-        log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
-        return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
+        return launcher_stopped(e, group, state, out, hc.launcher)
     except OSError as e:
         if e.errno in FATAL:
             raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
@@ -80,6 +71,22 @@ def run(cfg: DictConfig) -> None:
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
     if not multirun:
         ending.end(sweep, this.config.report, "run")
+
+
+def launcher_stopped(e: interrupts.Interrupted, group: list[tuple[Job, Path]], state: SweepState, out: Path,
+                     launcher: DictConfig) -> None:
+    """A signal stopped the job in a launcher's process (joblib, submitit, SLURM), where the process that runs the
+    sweep counts and closes it: at a SLURM time limit the job exits to run again, or, not requeued, its points not
+    measured fail with the reason; else one line."""
+    if requeue.runs_again(e.signum):
+        why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
+        for job, directory in group:
+            fail_the_rest(job, state, directory, f"the SLURM job reached its time limit (hydra.launcher."
+                          f"timeout_min={launcher.get('timeout_min')}) before this point was measured, and "
+                          f"was not requeued ({why}): raise hydra.launcher.timeout_min or "
+                          "hydra.launcher.max_num_timeout")
+        return
+    log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)
 
 
 def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep: Sweep,
