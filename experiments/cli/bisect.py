@@ -173,7 +173,7 @@ class Bisect:
         self.fingerprints: dict[str, str | None] = {}  # version -> its environment's fingerprint, probed once
         self.levels: dict[str, Level] = {}
         self.skipped: dict[str, str] = {}
-        self.exp_id = tracking.open_store(uri, a.experiment)
+        self.exp_id = tracking.Store(uri).open(a.experiment)
         self.title = (f"bisect {a.package} {a.range} · {job.config.model['name']} {self.op} bs{self.point.batch_size}"
                       + (f" · {job.variant}" if job.variant != "jax-jit fp32" else ""))
 
@@ -212,15 +212,15 @@ class Bisect:
         for r in range(self.a.repeats):
             config = dataclasses.replace(c, runtime=dataclasses.replace(c.runtime, python=python), repeat=r)
             key = records.point_key(dataclasses.replace(self.job, config=config), self.point)
-            found = tables.tidy(tracking.search(self.uri, self.a.experiment,
-                                                f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
+            found = tables.tidy(tracking.Store(self.uri).search(
+                self.a.experiment, f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
             if found.empty:
                 continue
             found = found[found["op"] == self.op]
             if fingerprint:
                 found = found[found["env_fingerprint"] == fingerprint]
             for run_id in found["run_id"]:
-                entry = tracking.load_samples(self.uri, run_id)[self.op]
+                entry = tracking.Store(self.uri).load_samples(run_id)[self.op]
                 samples[run_id] = [p["samples_s"] for p in entry.get("processes", [entry])]
             rows.append(found)
         return Level(pd.concat(rows), samples) if samples else None
@@ -266,14 +266,14 @@ class Bisect:
 
         a, vs = self.a, self.versions
         self.say(f"{len(vs)} versions of {a.package} in {a.range}: {', '.join(vs)}")
-        self.parent = tracking.start_parent(self.uri, self.exp_id, self.title, self.params(), kind="bisect")
+        self.parent = tracking.Store(self.uri).start_parent(self.exp_id, self.title, self.params(), kind="bisect")
         try:
             found, note = self.search()
         except Interrupted:
-            tracking.set_status(self.uri, self.parent, "KILLED")
+            tracking.Store(self.uri).set_status(self.parent, "KILLED")
             return INTERRUPTED
         except BaseException as e:
-            tracking.set_status(self.uri, self.parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            tracking.Store(self.uri).set_status(self.parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
         code = self.report(found, note)
         answer = self.answer(found, note)
@@ -379,7 +379,7 @@ class Bisect:
                 "after_median_s": float(pd.Series(self.levels[vs[hi]].medians).median()), "ratio": v.ratio,
                 "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
                 "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
-        tracking.set_tags(self.uri, self.parent, {
+        tracking.Store(self.uri).set_tags(self.parent, {
             "first_changed": vs[found[1]] if found else "none", "verdict": found[2].verdict if found else Verdict.SAME,
             "measured": " ".join(measured), "skipped": " ".join(self.skipped)})
         log(self.uri, self.a.experiment, self.title, s, r, measured, by, None, {}, parent=self.parent, note=text)
@@ -512,7 +512,7 @@ class Paired(Bisect):
                 "measured": " ".join(answer["measured"]), "skipped": " ".join(self.skipped)}
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "bisect.json").write_text(json.dumps(answer, indent=1, default=str))
-            tracking.finish_parent(self.uri, self.parent, Path(tmp), note=text, tags=tags)
+            tracking.Store(self.uri).finish_parent(self.parent, Path(tmp), note=text, tags=tags)
         print(f"parent run {self.parent} in {self.uri}")
         return LOST if self.unsettled else OK
 

@@ -65,7 +65,7 @@ def selected(uri: str, experiment: str, filter_string: str):
     from experiments.report import tables  # pandas and mlflow are slow to import: only once runs are asked for
     from experiments.store import tracking
 
-    return tables.tidy(tracking.search(uri, experiment, filter_string))
+    return tables.tidy(tracking.Store(uri).search(experiment, filter_string))
 
 
 def judged(t, by: str, uri: str, threshold: float, alpha: float):
@@ -82,7 +82,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float):
     if len(values) < 2:
         raise BadInput(f"the selected runs have one value of {by} ({', '.join(values) or 'none'}): select runs "
                        "measured at two or more (nnbench versions, or a sweep with runtime.python=A,B)")
-    samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
+    samples = cache(tracking.Store(uri).load_samples)
     s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
     return s, history.regressions(s, threshold, alpha), values
 
@@ -128,7 +128,7 @@ def log(uri: str, experiment: str, title: str, s, r, values: list[str], by: str,
     with tempfile.TemporaryDirectory() as tmp:
         where = out or Path(tmp)
         pages.write_history(s, r, values, by, where, title, note)
-        run_id = parent or tracking.start_parent(uri, tracking.open_store(uri, experiment), title, params,
-                                                 kind="history")
-        tracking.finish_parent(uri, run_id, where, status)
+        store = tracking.Store(uri)
+        run_id = parent or store.start_parent(store.open(experiment), title, params, kind="history")
+        store.finish_parent(run_id, where, status)
     return run_id

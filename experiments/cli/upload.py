@@ -54,10 +54,11 @@ def run(a: argparse.Namespace) -> int:
         own = state is not None and state.uri == uri
         try:
             cfg = Record.load(dirs[0]).config  # as logged: common.config.logged
-            exp_id = tracking.open_store(uri, a.experiment or cfg["mlflow"]["experiment_name"],
-                                         "--uri" if a.uri else "mlflow.tracking_uri")
+            store = tracking.Store(uri)
+            exp_id = store.open(a.experiment or cfg["mlflow"]["experiment_name"],
+                                "--uri" if a.uri else "mlflow.tracking_uri")
             for d in dirs:
-                if what := repair.sync_point(uri, exp_id, d, state.parent_run_id if own else None, own):
+                if what := repair.sync_point(store, exp_id, d, state.parent_run_id if own else None, own):
                     print(f"{d}: {what}")
                     done += 1
             if own and state.parent_run_id:

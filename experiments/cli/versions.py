@@ -165,17 +165,18 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
 
     title = f"versions {' '.join(a.specs)} · {' '.join(a.overrides) or 'the default sweep'} · paired"
     params = {"specs": " | ".join(str(e.spec) for e in built), "overrides": " ".join(a.overrides), "paired": "true"}
-    parent = tracking.start_parent(uri, tracking.open_store(uri, a.experiment), title, params, kind="versions")
+    store = tracking.Store(uri)
+    parent = store.start_parent(store.open(a.experiment), title, params, kind="versions")
     out = Path(tempfile.mkdtemp(prefix="nnbench-versions-")) / "sweep"
     pythons = ",".join(f"'{e.python}'" for e in built)
     overrides = [f"runtime.python={pythons}", *a.overrides, "report.along=runtime.python", *design.overrides()]
     try:
         code = paired.sweep(overrides, out, uri, a.experiment, parent, quiet=a.json)
     except BaseException as e:
-        tracking.set_status(uri, parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", quiet=True)
+        store.set_status(parent, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED", quiet=True)
         raise
     if code in paired.STOPPED:  # the sweep said so in its one line
-        tracking.set_status(uri, parent, "KILLED", quiet=True)
+        store.set_status(parent, "KILLED", quiet=True)
         return code
     rows = paired.verdicts(out)
     text = paired.table(rows)
@@ -187,7 +188,7 @@ def compare_paired(a: argparse.Namespace, uri: str, built, design) -> int:
         a.answer.update(json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
                                                   sweep_dir=str(out), exit=code)), parent_run_id=parent)
     with tempfile.TemporaryDirectory() as tmp:
-        tracking.finish_parent(uri, parent, Path(tmp), "FINISHED" if code == OK else "FAILED", note=text)
+        store.finish_parent(parent, Path(tmp), "FINISHED" if code == OK else "FAILED", note=text)
     print(f"\nversions: parent run {parent} ({title}); the sweep's dir (every burst): {out}", file=sys.stderr)
     if code == OK and a.fail_on_regression and (slow := paired.slower(rows)):
         print(f"nnbench versions: error: slower: {'; '.join(slow)}", file=sys.stderr)
@@ -206,19 +207,20 @@ def measure(a: argparse.Namespace, uri: str, built) -> int:
               "repeats": a.repeats}
     params |= {f"env.{i}.{k}": v for i, e in enumerate(built) for k, v in
                (("spec", str(e.spec)), ("changes", describe(e.manifest["changes"])), ("python", str(e.python)))}
-    parent = tracking.start_parent(uri, tracking.open_store(uri, a.experiment), title, params, kind="versions")
+    store = tracking.Store(uri)
+    parent = store.start_parent(store.open(a.experiment), title, params, kind="versions")
     code = sweep(a, uri, [e.python for e in built], parent)
     status = "FINISHED" if code == OK else "FAILED"
-    sweeps = tracking.search(uri, a.experiment, f"tags.mlflow.parentRunId = '{parent}'")
+    sweeps = store.search(a.experiment, f"tags.mlflow.parentRunId = '{parent}'")
     print(f"\nversions: parent run {parent} ({title})")
     if len(built) < 2 or sweeps.empty:
-        tracking.set_status(uri, parent, status)
+        store.set_status(parent, status)
         return code
     by, sweep_id = axis_of(built), sweeps["run_id"].iloc[0]
     t = history.selected(uri, a.experiment, f"tags.mlflow.parentRunId = '{sweep_id}'")
     if t.empty or by not in t or t[by].nunique() < 2:
         print("no point was measured in two environments: nothing to follow along the versions")
-        tracking.set_status(uri, parent, status)
+        store.set_status(parent, status)
         return code
     s, r, values = history.judged(t, by, uri, THRESHOLD, ALPHA)
     print(history.report(s, r, values, by, THRESHOLD, ALPHA))

@@ -20,14 +20,13 @@ log = logging.getLogger("nnbench")
 ACTIVE: Sweep | None = None  # the sweep this process opened (what an interrupt closes)
 
 
-def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
-    """With resume=true, the batch sizes of the job's points that the store holds FINISHED already."""
-    from experiments.store import tracking  # mlflow is slow to import: only once the input is good
-
+def already_done(store, experiment_id: str, job: Job) -> list[int]:
+    """With resume=true, the batch sizes of the job's points that the store (a `tracking.Store`) holds FINISHED
+    already."""
     if not job.config.resume:
         return []
     keys = {records.point_key(job, p): p.batch_size for p in job.points}
-    return sorted(keys[k] for k in tracking.finished_points(uri, experiment_id, set(keys), job.fingerprint))
+    return sorted(keys[k] for k in store.finished_points(experiment_id, set(keys), job.fingerprint))
 
 
 def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
@@ -47,9 +46,10 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     if machine is not None:
         log.info("%s", machine.line())
     with interrupts.deferred():  # a signal here must not leave a parent run without a state file
-        exp_id = tracking.open_store(uri, experiment)
-        repair.close_stale(uri, exp_id)
-        resumed = {str(i): done for i, j in enumerate(jobs or []) if (done := already_done(uri, exp_id, j))}
+        store = tracking.Store(uri)
+        exp_id = store.open(experiment)
+        repair.close_stale(store, exp_id)
+        resumed = {str(i): done for i, j in enumerate(jobs or []) if (done := already_done(store, exp_id, j))}
         if resumed:
             skipped = sum(map(len, resumed.values()))
             log.info("resume: %d of %d points already have a FINISHED run of the same config and environment in "
@@ -65,8 +65,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:
-            run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
-                                                                  "point_count": points}, nest_under)
+            run_id = store.start_parent(exp_id, parent, {**(params or {}), "job_count": n_jobs,
+                                                         "point_count": points}, nest_under)
             state = replace(state, parent_run_id=run_id)
             sweep.write(state)
     return state

@@ -344,8 +344,8 @@ def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
     except Exception as e:  # a plot must not cost the run
         log.error("could not draw the samples of %s (%s)", rec.run_name, first_line(e))
     try:
-        tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
-                            on_created=(directory / MARKER).write_text)
+        tracking.Store(state.uri).log_record(state.experiment_id, rec, directory, state.parent_run_id,
+                                             on_created=(directory / MARKER).write_text)
     except Exception as e:  # the record is on disk already; the sweep goes on
         log.error("could not log %s to %s (%s); it is kept in %s: log it later with `nnbench upload %s`",
                   rec.run_name, state.uri, first_line(e), directory, directory)
