@@ -35,15 +35,8 @@ def run(a: argparse.Namespace) -> int:
     from experiments.store import repair, tracking  # mlflow is slow to import: only after parsing
     from experiments.sweep import ending
 
-    groups: dict[Path | None, list[Path]] = defaultdict(list)
-    for meta in sorted(a.directory.glob(f"**/points/*/{META}")):
-        sweep = Sweep.above(meta.parent)
-        groups[sweep.directory if sweep else None].append(meta.parent)
-    if not groups:
-        raise BadInput(f"no point saved under {a.directory} (no points/*/{META}): give a sweep's or job's directory, "
-                       "or a folder above them")
     code, done = OK, 0
-    for sweep_dir, dirs in groups.items():
+    for sweep_dir, dirs in saved_points(a.directory).items():
         sweep = Sweep(sweep_dir) if sweep_dir else None
         if sweep and sweep.running():
             print(f"{sweep_dir}: still running (its {STATE} lock is held); upload it once it ends")
@@ -69,3 +62,15 @@ def run(a: argparse.Namespace) -> int:
     if done == 0 and code == OK:
         print(f"nothing to log under {a.directory}: every point is in its store")
     return code
+
+
+def saved_points(directory: Path) -> dict[Path | None, list[Path]]:
+    """The point dirs saved under `directory`, by the sweep dir above them (None: in no sweep); BadInput for none."""
+    groups: dict[Path | None, list[Path]] = defaultdict(list)
+    for meta in sorted(directory.glob(f"**/points/*/{META}")):
+        sweep = Sweep.above(meta.parent)
+        groups[sweep.directory if sweep else None].append(meta.parent)
+    if not groups:
+        raise BadInput(f"no point saved under {directory} (no points/*/{META}): give a sweep's or job's directory, "
+                       "or a folder above them")
+    return groups

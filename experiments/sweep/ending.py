@@ -79,11 +79,12 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
     return out
 
 
-def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE, show: bool = False,
+def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE,
                  wall_s: float | None = None, sweep_dir: Path | None = None) -> tuple[int, list[str]]:
     """The sweep's answer on its parent run (description, metrics, tags, the headline in its name), its report as
     artifacts, then its status; returns the number of point runs and the cells found slower than the baseline,
-    paired. `wall_s`: the sweep's wall time, when it ends now; `sweep_dir`: where the paired trials' evidence is."""
+    paired. `wall_s`: the sweep's wall time, when it ends now (its summary and headline are then printed too);
+    `sweep_dir`: where the paired trials' evidence is."""
     from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
 
@@ -107,7 +108,7 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
             metrics |= answer.metrics(t, baseline, evidence) | answer.peak(runs)[0]
             tags |= answer.peak(runs)[1]
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
-            if show:
+            if wall_s is not None:
                 print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
         store.finish_parent(state.parent_run_id, Path(tmp), status, note, metrics, answer.environment(runs) | tags)
     return len(runs), answer.slower(t, baseline) if not t.empty else []
@@ -125,7 +126,7 @@ def finish(sweep: Sweep, report) -> int:
     if state.parent_run_id and not problem:
         try:
             status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
-            n, slower = close_parent(state, status, o, baseline, True, time.time() - state.start, sweep.directory)
+            n, slower = close_parent(state, status, o, baseline, time.time() - state.start, sweep.directory)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
             print(f"the sweep's answer{where}: {view.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
