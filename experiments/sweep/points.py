@@ -81,7 +81,7 @@ class Points:
 
     A signal that stopped the worker keeps the point in progress as interrupted and raises once it is saved.
     `state`: the sweep's store and machine check, for the hint (None: nothing is logged, no hint); `sweep`: its dir,
-    for the progress count and the peaks file.
+    for the progress count and its calibrated peaks.
     """
 
     def __init__(self, job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
@@ -108,7 +108,7 @@ class Points:
 
     @property
     def peaks(self) -> Path | None:
-        """The sweep's file of the machine's peak FLOP rates (None: no sweep)."""
+        """The sweep's cache of calibrated peaks, MFU's denominator (None: no sweep)."""
         return self.sweep.directory / PEAKS if self.sweep else None
 
     def take(self, process: int, result: PointResult) -> None:
