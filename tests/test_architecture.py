@@ -32,6 +32,7 @@ def test_layers_and_no_cycles():
     assert kept and int(kept.group(1)) >= 5
     text = " ".join(r.stdout.split())  # the tool wraps long contract names
     assert "report, store and harness independent siblings KEPT" in text and "form no cycle KEPT" in text
+    assert "each command stands alone" in text
 
 
 @pytest.mark.parametrize("module,line,broken", [
@@ -40,13 +41,15 @@ def test_layers_and_no_cycles():
     ("store/_probe.py", "import mlflow", "only store.tracking imports mlflow BROKEN"),
     ("harness/_probe.py", "from experiments.report import answer", "experiments.harness._probe -> experiments.report"),
     ("sweep/_probe.py", "from experiments.compare import paired", "experiments.sweep._probe -> experiments.compare"),
+    ("compare/_probe.py", "from experiments.cli import selection", "experiments.compare._probe -> experiments.cli"),
+    ("cli/_probe.py", "from experiments.cli import history", "experiments.cli._probe -> experiments.cli.history"),
     ("measure/_probe.py", "import pandas", "experiments.measure._probe -> pandas"),
 ])
 def test_a_broken_contract_is_caught(tmp_path, module, line, broken):
     """The contracts can fail, on a copy of the tree (the source is never written): the measuring core importing the
     store or the parent's tables (where the verdicts live now, beside the worker), one sibling importing another,
-    the sweep importing the paired comparison above it, and a second module importing mlflow are each reported
-    broken."""
+    the sweep importing the paired comparison above it, the comparisons importing a command, a command importing
+    another, and a second module importing mlflow are each reported broken."""
     for part in ("experiments", "models"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)

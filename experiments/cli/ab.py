@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.cli.selection import add_design, add_uri
+from experiments.cli.selection import add_design, add_uri, design_flags
 from experiments.common.errors import LOST, OK
 from experiments.measure.verdict import PAIRED_THRESHOLD
 
@@ -40,7 +40,7 @@ def run(a: argparse.Namespace) -> int:
     from experiments.store.uris import store_uri
 
     key, _ = paired.axis(a.axis)
-    design = paired.Design(a.pairs, a.max_pairs, a.bursts, a.burst_ms, a.threshold, a.alpha)
+    design = paired.Design(**design_flags(a))
     uri = store_uri(a.uri)
     overrides = [a.axis, *a.overrides, f"report.along={key}", *design.overrides()]
     design.fits(paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"],

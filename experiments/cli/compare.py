@@ -19,7 +19,8 @@ from experiments.cli.selection import add_selection, select, sweep_id
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
-from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict
+from experiments.compare import history
+from experiments.measure.verdict import ALPHA, THRESHOLD
 from experiments.store.uris import readable
 
 
@@ -48,8 +49,7 @@ def run(a: argparse.Namespace) -> int:
     if a.fail_on_regression:
         raise BadInput("--fail-on-regression judges two sweeps: give --sweep A --sweep B (run ids or last), or "
                        "use nnbench history --by ... --fail-on-regression")
-    a.sweep = sweeps[0] if sweeps else None
-    t, uri, fs = select(a)
+    t, uri, fs = select(a, given=sweeps[0] if sweeps else None)
     from experiments.report import pages, tables  # matplotlib is slow to import: only once runs are selected
 
     variants = sorted(t["variant"].unique())
@@ -60,21 +60,21 @@ def run(a: argparse.Namespace) -> int:
     if a.baseline is None and DEFAULT_BASELINE not in variants:  # the table still answers; the speedups can't
         print(f"nnbench compare: note: no {DEFAULT_BASELINE} runs selected, so no speedups: pass --baseline, one of "
               + ", ".join(f"'{v}'" for v in variants), file=sys.stderr)
-    a.baseline = a.baseline or DEFAULT_BASELINE
+    baseline = a.baseline or DEFAULT_BASELINE
     if a.profile:
-        b = tables.breakdown(t, a.baseline)
+        b = tables.breakdown(t, baseline)
         if b.empty:
             raise BadInput(f"no profiled runs among the {t['run_id'].nunique()} selected: measure them with "
                            "profile=true (python -m experiments.run -m ... profile=true)")
         print(b.to_json(orient="records", indent=1) if a.json else
               tables.breakdown_markdown(b) + "\n\n" + "\n".join(tables.differences(b)))
     else:
-        s = tables.summary(t, a.baseline)
+        s = tables.summary(t, baseline)
         print(s.to_json(orient="records", indent=1) if a.json else tables.markdown(s))
         if not a.json and "speedup_sure" in s and not s["speedup_sure"].fillna(True).all():
             print("\n(1.23×): a speedup in parentheses lies within both points' 95% intervals: not a sure difference")
     if a.out:
-        pages.write(t, a.out, a.baseline, title=f"nnbench: {fs or a.experiment}")
+        pages.write(t, a.out, baseline, title=f"nnbench: {fs or a.experiment}")
         if not a.json:
             print(f"\nreport: {a.out / 'report.md'}, {a.out / 'report.html'}")
     return OK
@@ -83,25 +83,22 @@ def run(a: argparse.Namespace) -> int:
 def two_sweeps(a: argparse.Namespace) -> int:
     """Each point of the second sweep against the first: history's verdict along an axis of two values, 1 and 2."""
     import pandas as pd  # pandas: only once two sweeps are asked for
-    from experiments.cli import history
 
     uri = readable(a.uri)
     ids = [sweep_id(uri, a.experiment, s) for s in a.sweep]
     if ids[0] == ids[1]:
         raise BadInput(f"--sweep {a.sweep[0]} and --sweep {a.sweep[1]} are the same sweep twice ({ids[0]}): give two "
                        "sweeps, e.g. --sweep RUN_ID --sweep last")
-    a.sweep = None
     parts = [select(a, sweep=i)[0].assign(sweep=str(n)) for n, i in enumerate(ids, 1)]
     t = pd.concat(parts, ignore_index=True)
     shared = set.intersection(*(set(map(tuple, p[["model", "op", "batch_size", "variant"]].values)) for p in parts))
     if not shared:
         raise BadInput(f"sweeps {ids[0]} and {ids[1]} share no point (model, op, batch size, variant): select two "
                        "sweeps of the same points")
-    s, r, values = history.judged(t, "sweep", uri, a.threshold, a.fdr)
-    legend = f"sweep 1 = {ids[0]}, sweep 2 = {ids[1]}"
-    slower = r[r["verdict"] == Verdict.SLOWER] if not r.empty else r
+    h = history.judged(t, "sweep", uri, a.threshold, a.fdr)
+    r = h.regressions
     if a.json:
         print(r.assign(before=ids[0], after=ids[1]).to_json(orient="records", indent=1) if not r.empty else "[]")
     else:
-        print(f"{legend}\n" + history.report(s, r, values, "sweep", a.threshold, a.fdr))
-    return LOST if a.fail_on_regression and len(slower) else OK
+        print(f"sweep 1 = {ids[0]}, sweep 2 = {ids[1]}\n" + history.report(h, a.threshold, a.fdr))
+    return LOST if a.fail_on_regression and history.slower(h) else OK

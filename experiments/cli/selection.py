@@ -1,14 +1,21 @@
-"""The run selection the reading commands share (`key=value`, `--filter`, `--sweep`, `--uri`, `--experiment`,
-`--exclude-noisy`) and the store option, read the same way by every command that takes them.
+"""The options commands share, read the same way by every command that takes them: the run selection of the reading
+commands (`key=value`, `--filter`, `--sweep`, `--uri`, `--experiment`, `--exclude-noisy`), the store option, the
+paired design (`ab`, `versions`, `bisect`), and where the measuring environments come from and --json's answer
+(`versions`, `bisect`).
 
 `key=a,b` selects either value; a key no run has gets a did-you-mean from the runs' params and tags, and a
 selection that matches nothing says what there is."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import sys
+from pathlib import Path
+from typing import Callable
 
 from experiments.common.errors import BadInput, first_line
+from experiments.common.options import positive, probability, threshold
 from experiments.store.select import filter_string, pairs_of
 from experiments.store.uris import DEFAULT_URI, failure, readable
 
@@ -24,8 +31,6 @@ def add_uri(p: argparse.ArgumentParser, default: str | None = None) -> None:
 def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     """The paired design's flags (`ab`, `versions`, `bisect`; default: the bench preset's), each a sweep's key, and
     (`verdict`) the verdict's threshold and alpha and the gate on it."""
-    from experiments.common.options import positive, probability, threshold  # the shared number types
-
     p.add_argument("--pairs", type=positive("--pairs", "6", int), help="fresh pairs per cell at first "
                                                                         "(bench.processes)")
     p.add_argument("--max-pairs", type=positive("--max-pairs", "12", int),
@@ -49,6 +54,52 @@ DESIGN_FLAGS = ("pairs", "max_pairs", "bursts", "burst_ms")  # what `add_design`
 def design_given(a: argparse.Namespace) -> list[str]:
     """The paired design's flags set on the command line, as `--max-pairs`."""
     return [f"--{k.replace('_', '-')}" for k in DESIGN_FLAGS if getattr(a, k, None) is not None]
+
+
+def design_flags(a: argparse.Namespace) -> dict:
+    """The paired design's flags as the fields of compare.paired.Design (None: the bench preset's)."""
+    return {k: getattr(a, k) for k in DESIGN_FLAGS} | {"threshold": a.threshold, "alpha": a.alpha}
+
+
+def add_environments(p: argparse.ArgumentParser) -> None:
+    """Where the measuring environments come from (`versions`, `bisect`): the index, the installer, the cache; the
+    unpaired sweep's rounds; the store; --json."""
+    p.add_argument("--index-url", help="the package index (default: pip's, else PyPI); a file:// index works")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="another index, e.g. one that serves nightlies (repeatable)")
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR_OR_URL",
+                   help="also look for packages here (repeatable)")
+    p.add_argument("--installer", choices=("uv", "pip"), help="default: uv when installed, else pip")
+    p.add_argument("--cache", type=Path, help="the environments' cache (default: $NNBENCH_ENV_CACHE, else "
+                                              "~/.cache/nnbench/envs)")
+    p.add_argument("--repeats", type=positive("--repeats", "3", int), default=1,
+                   help="rounds of the unpaired sweep (--unpaired), interleaved (repeat=0..N-1; default "
+                        "%(default)s)")
+    add_uri(p)
+    p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the answer as one JSON object on stdout; the "
+                                                       "progress and the sweep's own lines go to stderr")
+
+
+def add_pairing(p: argparse.ArgumentParser, unpaired: str) -> None:
+    """--unpaired (what the command does then), and --paired, the default, accepted as a no-op."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--unpaired", action="store_true", help=unpaired)
+    group.add_argument("--paired", action="store_true",
+                       help="compare paired, nnbench ab's engine (the default: accepted, changes nothing)")
+
+
+def answering(as_json: bool, work: Callable[[], tuple[int, dict]]) -> int:
+    """The exit code of `work()` (which returns it and its answer); with --json (`as_json`) everything it prints goes
+    to stderr, then its answer as JSON to stdout."""
+    if not as_json:
+        return work()[0]
+    import json  # only for --json
+
+    with contextlib.redirect_stdout(sys.stderr):
+        code, answer = work()
+    print(json.dumps(answer, indent=1, default=str))
+    return code
 
 
 def add_sweep(p: argparse.ArgumentParser, **kw) -> None:
@@ -98,11 +149,12 @@ def search(uri: str, experiment: str, fs: str):
         raise BadInput(failure(uri, e, "--uri")) from None
 
 
-def select(a: argparse.Namespace, sweep: str | None = None):
+def select(a: argparse.Namespace, sweep: str | None = None, given: str | None = None):
     """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
-    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is)."""
+    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is). The
+    sweep's run id is `sweep`, else the one `given` names (a run id, or last), else --sweep's."""
     uri = readable(a.uri)
-    sweep = sweep or sweep_id(uri, a.experiment, a.sweep)
+    sweep = sweep or sweep_id(uri, a.experiment, given or a.sweep)
     try:
         pairs = pairs_of(a.filters)
     except ValueError as e:

@@ -27,6 +27,12 @@ STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a sweep's exit codes wh
 SCHEMA = "nnbench.paired/1"  # the JSON of `as_json`: docs/comparing.md#the-json
 
 
+class Stopped(KeyboardInterrupt):
+    """A paired sweep stopped by a signal (its exit code one of STOPPED), raised where its caller must stop too (a
+    bisect's step): the sweep said so in its one line and closed its runs, so the command adds nothing. A
+    KeyboardInterrupt, so that a parent run around it ends KILLED (store.parent)."""
+
+
 @dataclass(frozen=True)
 class Design:
     """The paired design a command's flags set (None: the bench preset's), as the sweep's overrides."""

@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import mlflow
 import pytest
 
-from experiments.cli import bisect as bisect_cli
 from experiments.common.columns import PAIRED
-from experiments.compare import paired
+from experiments.compare import bisection, environments, paired
 from experiments.measure.reading import Paired
 from experiments.measure.verdict import judge_pairs
 from experiments.selfcheck import planted as plant
@@ -62,15 +61,16 @@ def planted_steps(monkeypatch):
     return plant_
 
 
-def bisected(uri: str):
-    """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v>."""
-    a = SimpleNamespace(fail_on_regression=False, package=plant.PROJECT, range="1.0..1.4", overrides=PLANTED_POINT, experiment="nnbench",
-                        threshold=DESIGN.threshold, alpha=DESIGN.alpha, repeats=1, json=False)
+def bisected(uri: str) -> tuple[int, dict]:
+    """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v>: its
+    exit code and answer."""
+    sweep = environments.Sweep("bisect", tuple(PLANTED_POINT), uri, "nnbench")
+    b = bisection.Bisection(plant.PROJECT, "1.0..1.4", sweep, None, DESIGN.threshold, DESIGN.alpha, DESIGN)
     job = SimpleNamespace(config=SimpleNamespace(model={"name": plant.NAME}), variant="torch-eager fp32",
                           points=[SimpleNamespace(batch_size=32, ops=("inference",))])
-    b = bisect_cli.Paired(a, uri, job, VERSIONS, None, "uv", None, DESIGN)
-    b.envs = {v: SimpleNamespace(python=f"/envs/{v}/bin/python") for v in VERSIONS}
-    return b
+    r = environments.Range(plant.PROJECT, VERSIONS, None)
+    r.envs = {v: SimpleNamespace(python=f"/envs/{v}/bin/python") for v in VERSIONS}
+    return bisection.searched(b, r, job)
 
 
 def runs_since(uri: str, t0: float):
@@ -82,19 +82,20 @@ def runs_since(uri: str, t0: float):
                                               ("1.4", 1.05, "slower"), ("1.2", 0.95, "faster")])
 def test_the_planted_step_is_found_in_log2_steps(planted_steps, paired_store, capsys, at, level, verdict):
     said = planted_steps({v: level if v >= at else 1.0 for v in VERSIONS}, 0.01)
-    b, t0 = bisected(paired_store), time.time()
-    assert b.run() == 0
+    t0 = time.time()
+    code, answer = bisected(paired_store)
+    assert code == 0
     out = capsys.readouterr().out
     before = VERSIONS[VERSIONS.index(at) - 1]
     assert f"first changed at nnbench-planted {at} ({before} → {at}): ×{level:.3f}" in out, out
     assert f"{verdict}, 6 pairs" in out.split("first changed at")[1].splitlines()[0]
-    probes = [r for r in b.steps if r["a"] == "nnbench-planted==1.0"]
+    probes = [r for r in answer["steps"] if r["a"] == "nnbench-planted==1.0"]
     assert len(probes) == 1 + math.ceil(math.log2(len(VERSIONS) - 1))  # the ends, then one per halving
     assert probes[0]["verdict"] == verdict and probes[0]["b"] == "nnbench-planted==1.4"
     compared = [(va, vb) for va, vb, *_ in said["steps"]]
     assert (before, at) in compared  # the first changed version against its neighbour, paired
-    assert len(set(compared)) == len(compared) == len(b.steps)  # each comparison once
-    assert all(r["pairs"] == 6 and r["ratio"] is not None for r in b.steps)
+    assert len(set(compared)) == len(compared) == len(answer["steps"])  # each comparison once
+    assert all(r["pairs"] == 6 and r["ratio"] is not None for r in answer["steps"])
 
     df = runs_since(paired_store, t0)
     (parent,) = df[df["tags.nnbench.bisect"] == "true"].to_dict("records")
@@ -108,8 +109,7 @@ def test_the_planted_step_is_found_in_log2_steps(planted_steps, paired_store, ca
 
 def test_no_change_between_the_ends_stops_there(planted_steps, paired_store, capsys):
     said = planted_steps({v: 1.0 for v in VERSIONS}, 0.01)
-    b = bisected(paired_store)
-    assert b.run() == 0
+    assert bisected(paired_store)[0] == 0
     assert "no change found: the ends 1.0 and 1.4 don't differ (×1.000" in capsys.readouterr().out
     assert [(va, vb) for va, vb, *_ in said["steps"]] == [("1.0", "1.4")]
 
@@ -118,8 +118,8 @@ def test_an_inconclusive_step_stops_in_one_line(planted_steps, paired_store, cap
     """1.1 reads 2% slower than 1.0 with trials 3% apart: neither beyond 3% nor within it at 12 pairs. The ends
     (6% apart) moved the range; the bisect names the step and where the change lies, and exits 1."""
     said = planted_steps({"1.0": 1.0, "1.1": 1.02, "1.2": 1.06, "1.3": 1.06, "1.4": 1.06}, 0.03)
-    b, t0 = bisected(paired_store), time.time()
-    assert b.run() == 1
+    t0 = time.time()
+    assert bisected(paired_store)[0] == 1
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("inconclusive")]
     assert line.startswith("inconclusive: 1.1 against the start 1.0: ×1.020 ["), line
@@ -137,8 +137,8 @@ def test_an_interrupted_step_ends_the_bisect_killed_and_says_nothing_more(plante
     its parent KILLED and returns 130 without a line of its own."""
     said = planted_steps({v: 1.0 for v in VERSIONS}, 0.01)
     said["code"] = 130
-    b, t0 = bisected(paired_store), time.time()
-    assert b.run() == 130
+    t0 = time.time()
+    assert bisected(paired_store) == (130, {})
     assert len(said["steps"]) == 1 and not capsys.readouterr().err
     df = runs_since(paired_store, t0)
     assert list(df["status"]) == ["KILLED"] and list(df["tags.nnbench.bisect"]) == ["true"]

@@ -167,21 +167,20 @@ def test_a_paired_sweep_stopped_by_a_signal_ends_the_versions_killed(paired_stor
     """A Ctrl-C passed on to the paired sweep: the sweep said so in its own line and exited 130; versions closes its
     parent KILLED and adds no line, and main() then exits 130. (The sweep stands in: its own interrupt is
     tests/cli/test_ab.py's.)"""
-    import argparse
     import time
     from types import SimpleNamespace
 
-    from experiments.cli import versions
-    from experiments.compare import paired
+    from experiments.compare import environments, paired, versions
 
     asked = []
     monkeypatch.setattr(paired, "sweep", lambda overrides, out, uri, experiment, parent=None, quiet=False:
                         asked.append((overrides, parent)) or 130)
     built = [SimpleNamespace(python=f"/envs/{v}/bin/python", spec=f"{plant.PROJECT}=={v}") for v in ("1.0", "1.1")]
-    a = argparse.Namespace(specs=[f"{plant.PROJECT}==1.0,1.1"], overrides=TORCH, experiment="nnbench", json=False,
-                           fail_on_regression=True)
+    sweep = environments.Sweep("versions", tuple(TORCH), paired_store, "nnbench")
+    v = versions.Versions((f"{plant.PROJECT}==1.0,1.1",), (), sweep, None, paired.Design(pairs=2),
+                          fail_on_regression=True)
     t0 = time.time()
-    assert versions.compare_paired(a, paired_store, built, paired.Design(pairs=2)) == 130
+    assert versions.compare_paired(v, built) == (130, {})
     out, err = capsys.readouterr()
     assert not err and "paired:" not in out
     ((overrides, parent),) = asked
@@ -198,13 +197,13 @@ def test_two_specs_compare_paired_unless_unpaired(offline, tmp_path, monkeypatch
     unpaired sweep with --unpaired. (The environments and both paths stand in: each is tested on its own.)"""
     from types import SimpleNamespace
 
-    from experiments.cli import versions
+    from experiments.compare import versions
 
     monkeypatch.chdir(tmp_path)
     took = []
     monkeypatch.setattr(versions, "build", lambda specs, *args: [SimpleNamespace(spec=s) for s in specs])
-    monkeypatch.setattr(versions, "compare_paired", lambda a, uri, built, design: took.append(("paired", design)) or 0)
-    monkeypatch.setattr(versions, "measure", lambda a, uri, built: took.append(("unpaired", None)) or 0)
+    monkeypatch.setattr(versions, "compare_paired", lambda v, built: took.append(("paired", v.design)) or (0, {}))
+    monkeypatch.setattr(versions, "measure", lambda v, built: took.append(("unpaired", None)) or (0, {}))
     assert main(["versions", "nnbench-planted==1.0,1.1", *flag, "--pairs", "4"][:None if paired else -2] + TORCH) == 0
     ((how, design),) = took
     assert how == ("paired" if paired else "unpaired") and (design.pairs == 4 if paired else design is None)

@@ -1,6 +1,5 @@
 """nnbench-planted's network (`model=planted`) in environments built offline: this process sees it only through
 them, and each environment's version decides the work in the worker's own step (its FLOPs, its paired time)."""
-import argparse
 import json
 import math
 import subprocess
@@ -53,21 +52,20 @@ def test_the_door_checks_a_network_only_the_environments_declare(built, monkeypa
     """`nnbench versions nnbench-planted==1.0,3.0 model=planted`: this interpreter doesn't have the network, so the
     overrides are checked again once the environments are built, with their networks; a model no environment
     declares is still one line."""
-    from experiments.cli.environments import sweep_jobs
     from experiments.common.errors import BadInput
+    from experiments.compare.environments import Sweep, jobs
 
     monkeypatch.setattr(sys, "path", list(sys.path))  # register appends the environments' site-packages to a copy
-    a = argparse.Namespace(command="versions", repeats=1, experiment="nnbench",
-                           overrides=[f"model={planted.NAME}", "model.n=64", "framework=torch", "ops=[inference]"])
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    overrides = (f"model={planted.NAME}", "model.n=64", "framework=torch", "ops=[inference]")
+    sweep = Sweep("versions", overrides, f"sqlite:///{tmp_path}/mlflow.db", "nnbench")
     with pytest.raises(BadInput, match=planted.NAME):
-        sweep_jobs(a, uri)  # no environments to ask
+        jobs(sweep)  # no environments to ask
     asked = []
-    (job,) = sweep_jobs(a, uri, lambda: asked.append(1) or list(built.values()))
+    (job,) = jobs(sweep, lambda: asked.append(1) or list(built.values()))
     assert asked == [1] and job.config.model["name"] == planted.NAME and job.config.model["n"] == 64
-    a.overrides[0] = "model=no_such_network"
+    sweep = Sweep("versions", ("model=no_such_network", *overrides[1:]), sweep.uri, "nnbench")
     with pytest.raises(BadInput, match="no_such_network"):
-        sweep_jobs(a, uri, lambda: list(built.values()))
+        jobs(sweep, lambda: list(built.values()))
 
 
 @pytest.mark.slow

@@ -1,0 +1,155 @@
+"""A bisect's steps judged paired (the default): each probed version compared with the range's start as `nnbench ab
+runtime.python=START,PROBE` would, on the one point, nested under the bisect's parent run; then the first changed
+version with its neighbour, for the evidence. The search itself is compare.bisection's."""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from experiments.common.errors import LOST, OK
+from experiments.measure.verdict import Verdict
+
+
+class PairedSteps:
+    """The search's steps for a Bisection `b` with a design, over the Range `r` of its versions, under the parent run
+    `parent`: ab's rows (B/A, the newer over the older) in the order compared, each pair compared once."""
+
+    def __init__(self, b, r, parent: str):
+        self.b, self.r, self.parent = b, r, parent
+        self.steps: list[dict] = []
+        self.unsettled = False  # a step stayed inconclusive at --max-pairs: the bisect stopped there
+        self.out = Path(tempfile.mkdtemp(prefix="nnbench-bisect-"))
+
+    def label(self, v: str) -> str:
+        return f"{self.b.package}=={v}"
+
+    def compared(self, old: str, new: str) -> dict | None:
+        """ab's row of `new` against `old` on the point, compared now or earlier in this bisect; None where the op
+        can't run in one of them (`new` skipped)."""
+        sides = [self.label(old), self.label(new)]
+        row = next((r for r in self.steps if [r["a"], r["b"]] == sides), None)
+        if row is None:
+            from experiments.compare import paired  # the sweep and its records: only once measuring
+
+            s, out = self.b.sweep, self.out / f"{old}-{new}"
+            pythons = ",".join(f"'{self.r.envs[v].python}'" for v in (old, new))
+            code = paired.sweep([f"runtime.python={pythons}", *s.overrides, "report.along=runtime.python",
+                                 *self.b.design.overrides()], out, s.uri, s.experiment, self.parent, quiet=s.quiet)
+            if code in paired.STOPPED:  # the sweep was interrupted (it said so, and closed its runs)
+                raise paired.Stopped()
+            row = step_row(sides, paired.verdicts(out), out)
+            self.steps.append(row)
+            self.r.say(f"{new} against {old}: {step(row)}")
+        if row["skipped"]:
+            self.r.skipped[new] = f"the op can't run: {row['skipped']}"
+        return None if row["skipped"] else row
+
+    def ends(self) -> tuple[int, int, dict] | None:
+        """The range's first version that can be built, and the last one that can be compared with it: their
+        indices and the ends' row; None where there are no two."""
+        vs = self.r.versions
+        start = next((i for i, v in enumerate(vs) if self.r.env(v) is not None), None)
+        hi, row = len(vs) - 1, None
+        while start is not None and hi > start and (row := self.probe(start, start, hi)) is None:
+            hi -= 1
+        return None if row is None else (start, hi, row)
+
+    def probe(self, start: int, lo: int, i: int) -> dict | None:
+        """The version at `i` against the start (each verdict answers: still at the start's level?); None where it
+        is skipped."""
+        vs = self.r.versions
+        return None if self.r.env(vs[i]) is None else self.compared(vs[start], vs[i])
+
+    def changed(self, row: dict) -> bool | None:
+        """Beyond the threshold (True), within it (False), or unsettled (None)."""
+        v = Verdict(row["verdict"])
+        return True if v.changed else False if v == Verdict.SAME else None
+
+    def unchanged(self, lo: int, hi: int, row: dict) -> str:
+        vs = self.r.versions
+        if Verdict(row["verdict"]) == Verdict.SAME:
+            return f"the ends {vs[lo]} and {vs[hi]} don't differ ({step(row)})"
+        return self.stopped(row, lo, hi, f"the ends {vs[lo]} → {vs[hi]}")
+
+    def stopped(self, row: dict, lo: int, hi: int, what: str) -> str:
+        """The one line of a step that stayed inconclusive: the versions, where the change lies, what to do."""
+        self.unsettled = True
+        vs, t, most = self.r.versions, self.b.threshold, self.b.design.max_pairs or "the bench preset's"
+        return (f"inconclusive: {what}: {step(row)}, neither beyond nor within ±{t:.0%}; the first change, if any, "
+                f"lies after {vs[lo]} and at or before {vs[hi]} ({vs[lo]}..{vs[hi]}): not guessing; raise "
+                f"--max-pairs (now {most}) or --threshold, or run it on a quieter machine")
+
+    def evidence(self, lo: int, hi: int) -> dict | None:
+        """The first changed version against its neighbour, paired."""
+        return self.compared(self.r.versions[lo], self.r.versions[hi])
+
+    def note(self, lo: int, hi: int, row: dict) -> str:
+        return ""
+
+    def answer(self, found, note: str) -> dict:
+        """What --json prints: the first changed version, its neighbour's paired evidence, and every step."""
+        vs = self.r.versions
+        out = {"package": self.b.package, "range": self.b.range, "versions": vs, "paired": True,
+               "measured": [v for v in vs if any(self.label(v) in (r["a"], r["b"]) for r in self.steps)],
+               "skipped": self.r.skipped, "first_changed": vs[found[1]] if found else None, "note": note,
+               "inconclusive": self.unsettled, "parent_run_id": self.parent, "steps": self.steps}
+        if found:
+            lo, _, row = found
+            out |= {"before": vs[lo], "ratio": row["ratio"], "ci95": row["interval"], "pairs": row["pairs"],
+                    "verdict": row["verdict"]}
+        else:
+            out["verdict"] = str(Verdict.INCONCLUSIVE if self.unsettled else Verdict.SAME)
+        return out
+
+    def said(self, found, note: str, measured: list[str]) -> str:
+        """The evidence in words: the first change (or why there is none), each step, what was measured."""
+        vs = self.r.versions
+        if found:
+            lo, hi, row = found
+            head = f"first changed at {self.b.package} {vs[hi]} ({vs[lo]} → {vs[hi]}): {step(row)}"
+            if row["verdict"] not in (Verdict.SLOWER, Verdict.FASTER):  # changed from the start, not in one step
+                note = note or (f"the step {vs[lo]} → {vs[hi]} alone reads {row['verdict']}: the change from "
+                                f"{vs[0]} may be spread over several versions (nnbench versions shows each step)")
+        else:
+            head = note if self.unsettled else f"no change found: {note}"
+        n = len(self.steps)
+        tail = (f"{n} paired comparison{'s' * (n != 1)}, measuring {len(measured)} of {len(vs)} versions "
+                f"({', '.join(measured) or 'none'}); skipped: {', '.join(self.r.skipped) or 'none'}")
+        lines = [f"  {r['b'].split('==')[-1]} against {r['a'].split('==')[-1]}: {step(r)}" for r in self.steps]
+        return "\n".join([head, "(paired, each step newer over older: the ratio, its 95% interval, the verdict)",
+                          *lines, *([f"note: {note}"] if note and found else []), tail])
+
+    def report(self, found, note: str, title: str, run) -> tuple[int, dict]:
+        """The evidence on the console and in the parent run `run` (its description, bisect.json), which closes it;
+        the exit code (1 where a step stayed inconclusive) and the answer."""
+        answer = self.answer(found, note)
+        text = self.said(found, note, answer["measured"])
+        print(f"\n{title}\n{text}")
+        tags = {"first_changed": answer["first_changed"] or "none", "verdict": answer["verdict"], "paired": "true",
+                "measured": " ".join(answer["measured"]), "skipped": " ".join(self.r.skipped)}
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "bisect.json").write_text(json.dumps(answer, indent=1, default=str))
+            run.finish(Path(tmp), note=text, tags=tags)
+        print(f"parent run {self.parent} in {self.b.sweep.uri}")
+        return LOST if self.unsettled else OK, answer
+
+
+def step_row(sides: list[str], rows: list, out: Path) -> dict:
+    """A step's row (what --json lists): the one cell's paired verdict, or why there is none (the op can't run in an
+    environment, or the sweep failed: its dir says why)."""
+    if not rows:
+        return {"a": sides[0], "b": sides[1], "ratio": None, "interval": [None, None], "verdict": "no verdict",
+                "pairs": 0, "skipped": f"no paired verdict: the sweep's records in {out} say why"}
+    (r,) = rows
+    return {"a": sides[0], "b": sides[1], "ratio": r.ratio, "interval": list(r.interval()), "verdict": str(r.verdict),
+            "pairs": r.trials, "skipped": None, "run_id": r.run_id}
+
+
+def step(row: dict) -> str:
+    """One paired comparison in words: ×ratio [interval], verdict, pairs."""
+    lo, hi = row["interval"]
+    interval = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    ratio = f"×{row['ratio']:.3f}" if row["ratio"] is not None and math.isfinite(row["ratio"]) else "no ratio"
+    return f"{ratio}{interval}, {row['skipped'] and 'skipped: ' + row['skipped'] or row['verdict']}, {row['pairs']} pairs"
