@@ -46,11 +46,12 @@ def run(a: argparse.Namespace) -> int:
     except (ValueError, UnicodeDecodeError) as e:  # lines.BadLine is a ValueError
         raise BadInput(first_line(e)) from None
     uri = validate(a.uri, a.experiment, "--uri")
+    store = tracking.Store(uri)
     try:
-        exp_id = tracking.open_store(uri, a.experiment, "--uri")
+        exp_id = store.open(a.experiment, "--uri")
     except tracking.StoreUnavailable as e:
         raise BadInput(str(e)) from None
-    done = tracking.find_runs(uri, exp_id, f"tags.import_sha256 = '{sha}'")
+    done = store.find_runs(exp_id, f"tags.import_sha256 = '{sha}'")
     if len(done):
         print(f"{a.file} was imported before ({len(done)} runs with import_sha256={sha[:12]}...): nothing added")
         return OK
@@ -58,7 +59,7 @@ def run(a: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             rec.save(Path(tmp))
             (Path(tmp) / a.file.name).write_bytes(data)
-            run_id = tracking.log_record(uri, exp_id, rec, Path(tmp))
+            run_id = store.log_record(exp_id, rec, Path(tmp))
         print(f"{rec.run_name} -> run {run_id}")
     print(f"{len(recs)} runs imported from {a.file} into {uri}")
     return OK

@@ -125,7 +125,7 @@ def sweep_id(uri: str, experiment: str, given: str | None) -> str | None:
     from experiments.store import tracking  # mlflow is slow to import: only once a sweep is asked for
 
     try:
-        return tracking.sweep_run_id(uri, experiment, given)
+        return tracking.Store(uri).sweep_run_id(experiment, given)
     except LookupError as e:
         raise BadInput(f"{e}: run one (nnbench run -m framework=jax,torch model=lenet), or give --sweep RUN_ID") \
             from None
@@ -139,7 +139,7 @@ def search(uri: str, experiment: str, fs: str):
     from experiments.store import tracking
 
     try:
-        return tables.tidy(tracking.search(uri, experiment, fs))
+        return tables.tidy(tracking.Store(uri).search(experiment, fs))
     except LookupError as e:  # no such experiment
         raise BadInput(f"{e}: check --experiment and --uri") from None
     except Exception as e:

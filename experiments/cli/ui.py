@@ -21,6 +21,7 @@ from pathlib import Path
 from experiments.cli.selection import add_uri
 from experiments.common.errors import OK, BadInput
 from experiments.common.options import positive
+from experiments.store import view
 from experiments.store.uris import UI_PORT, failure, readable, sqlite_path
 
 READY_S = 120  # `mlflow ui` took 14-20 s to answer /health on 2 busy cores
@@ -50,8 +51,9 @@ def run(a: argparse.Namespace) -> int:
         raise BadInput(f"nnbench ui serves a sqlite store or links a tracking server, not {uri}: pass --uri "
                        "sqlite:///PATH.db or http(s)://HOST:PORT")
     try:
-        exp = tracking.open_store(uri, a.experiment, "--uri")
-        latest = tracking.latest_sweep(uri, a.experiment)
+        store = tracking.Store(uri)
+        exp = store.open(a.experiment, "--uri")
+        latest = store.latest_sweep(a.experiment)
     except tracking.StoreUnavailable as e:
         raise BadInput(str(e)) from None
     except Exception as e:
@@ -72,11 +74,9 @@ def run(a: argparse.Namespace) -> int:
 
 
 def links(uri: str, experiment_id: str, latest, port: int) -> None:
-    from experiments.store import tracking  # mlflow is slow to import: only after parsing
-
-    print(f"runs table: {tracking.run_link(experiment_id, uri, port=port)}")
+    print(f"runs table: {view.run_link(experiment_id, uri, port=port)}")
     if latest is not None:
-        link = tracking.run_link(experiment_id, uri, latest.info.run_id, port)
+        link = view.run_link(experiment_id, uri, latest.info.run_id, port)
         print(f"latest sweep ({latest.info.run_name}): {link}")
     else:
         print("no sweep in this experiment yet: python -m experiments.run -m framework=jax,torch model=lenet")

@@ -35,15 +35,8 @@ def run(a: argparse.Namespace) -> int:
     from experiments.store import repair, tracking  # mlflow is slow to import: only after parsing
     from experiments.sweep import ending
 
-    groups: dict[Path | None, list[Path]] = defaultdict(list)
-    for meta in sorted(a.directory.glob(f"**/points/*/{META}")):
-        sweep = Sweep.above(meta.parent)
-        groups[sweep.directory if sweep else None].append(meta.parent)
-    if not groups:
-        raise BadInput(f"no point saved under {a.directory} (no points/*/{META}): give a sweep's or job's directory, "
-                       "or a folder above them")
     code, done = OK, 0
-    for sweep_dir, dirs in groups.items():
+    for sweep_dir, dirs in saved_points(a.directory).items():
         sweep = Sweep(sweep_dir) if sweep_dir else None
         if sweep and sweep.running():
             print(f"{sweep_dir}: still running (its {STATE} lock is held); upload it once it ends")
@@ -54,10 +47,11 @@ def run(a: argparse.Namespace) -> int:
         own = state is not None and state.uri == uri
         try:
             cfg = Record.load(dirs[0]).config  # as logged: common.config.logged
-            exp_id = tracking.open_store(uri, a.experiment or cfg["mlflow"]["experiment_name"],
-                                         "--uri" if a.uri else "mlflow.tracking_uri")
+            store = tracking.Store(uri)
+            exp_id = store.open(a.experiment or cfg["mlflow"]["experiment_name"],
+                                "--uri" if a.uri else "mlflow.tracking_uri")
             for d in dirs:
-                if what := repair.sync_point(uri, exp_id, d, state.parent_run_id if own else None, own):
+                if what := repair.sync_point(store, exp_id, d, state.parent_run_id if own else None, own):
                     print(f"{d}: {what}")
                     done += 1
             if own and state.parent_run_id:
@@ -68,3 +62,15 @@ def run(a: argparse.Namespace) -> int:
     if done == 0 and code == OK:
         print(f"nothing to log under {a.directory}: every point is in its store")
     return code
+
+
+def saved_points(directory: Path) -> dict[Path | None, list[Path]]:
+    """The point dirs saved under `directory`, by the sweep dir above them (None: in no sweep); BadInput for none."""
+    groups: dict[Path | None, list[Path]] = defaultdict(list)
+    for meta in sorted(directory.glob(f"**/points/*/{META}")):
+        sweep = Sweep.above(meta.parent)
+        groups[sweep.directory if sweep else None].append(meta.parent)
+    if not groups:
+        raise BadInput(f"no point saved under {directory} (no points/*/{META}): give a sweep's or job's directory, "
+                       "or a folder above them")
+    return groups

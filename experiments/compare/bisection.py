@@ -49,10 +49,11 @@ def searched(b: Bisection, r: Range, job) -> tuple[int, dict]:
     from experiments.store import tracking
     from experiments.store.parent import parent_run
 
-    title, experiment_id = named(b, job), tracking.open_store(b.sweep.uri, b.sweep.experiment)
+    store = tracking.Store(b.sweep.uri)
+    title, experiment_id = named(b, job), store.open(b.sweep.experiment)
     r.say(f"{len(r.versions)} versions of {b.package} in {b.range}: {', '.join(r.versions)}")
     try:
-        with parent_run(b.sweep.uri, experiment_id, title, params(b, r.versions), kind="bisect") as run:
+        with parent_run(store, experiment_id, title, params(b, r.versions), kind="bisect") as run:
             steps = PairedSteps(b, r, run.run_id) if b.design else UnpairedSteps(b, r, job, run.run_id)
             found, note = search(steps, r)
             code, answer = steps.report(found, note, title, run)

@@ -56,15 +56,15 @@ class UnpairedSteps:
         for r in range(s.repeats):
             config = dataclasses.replace(c, runtime=dataclasses.replace(c.runtime, python=python), repeat=r)
             key = records.point_key(dataclasses.replace(self.job, config=config), self.point)
-            found = tables.tidy(tracking.search(s.uri, s.experiment,
-                                                f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
+            found = tables.tidy(tracking.Store(s.uri).search(
+                s.experiment, f"attributes.status = 'FINISHED' and tags.point_key = '{key}'"))
             if found.empty:
                 continue
             found = found[found["op"] == self.op]
             if fingerprint:
                 found = found[found["env_fingerprint"] == fingerprint]
             for run_id in found["run_id"]:
-                entry = tracking.load_samples(s.uri, run_id)[self.op]
+                entry = tracking.Store(s.uri).load_samples(run_id)[self.op]
                 samples[run_id] = [p["samples_s"] for p in entry.get("processes", [entry])]
             rows.append(found)
         return Level(pd.concat(rows), samples) if samples else None
@@ -216,7 +216,7 @@ class UnpairedSteps:
         text = self.said(found, note, measured)
         print(f"\n{title}\n{text}")
         h = self.along(found, measured)
-        tracking.set_tags(self.b.sweep.uri, self.parent, {
+        tracking.Store(self.b.sweep.uri).set_tags(self.parent, {
             "first_changed": vs[found[1]] if found else "none", "verdict": found[2].verdict if found else Verdict.SAME,
             "measured": " ".join(measured), "skipped": " ".join(self.r.skipped)})
         history.log(h, title, run, note=text)

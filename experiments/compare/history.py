@@ -28,7 +28,7 @@ def selected(uri: str, experiment: str, filter_string: str):
     from experiments.report import tables  # pandas and mlflow are slow to import: only once runs are asked for
     from experiments.store import tracking
 
-    return tables.tidy(tracking.search(uri, experiment, filter_string))
+    return tables.tidy(tracking.Store(uri).search(experiment, filter_string))
 
 
 def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
@@ -45,7 +45,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
     if len(values) < 2:
         raise BadInput(f"the selected runs have one value of {by} ({', '.join(values) or 'none'}): select runs "
                        "measured at two or more (nnbench versions, or a sweep with runtime.python=A,B)")
-    samples = cache(lambda run_id: tracking.load_samples(uri, run_id))
+    samples = cache(tracking.Store(uri).load_samples)
     s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
     return History(s, history.regressions(s, threshold, alpha), values, by)
 
@@ -116,6 +116,7 @@ def logged(h: History, title: str, uri: str, experiment: str, params: dict, out:
     with tempfile.TemporaryDirectory() as tmp:
         where = out or Path(tmp)
         write(h, where, title)
-        with parent_run(uri, tracking.open_store(uri, experiment), title, params, kind="history") as run:
+        store = tracking.Store(uri)
+        with parent_run(store, store.open(experiment), title, params, kind="history") as run:
             run.finish(where)
     return run.run_id

@@ -84,8 +84,8 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
     name, out = f"{name} · paired", Path(tempfile.mkdtemp(prefix="nnbench-versions-")) / "sweep"
     pythons = ",".join(f"'{e.python}'" for e in built)
     overrides = [f"runtime.python={pythons}", *s.overrides, "report.along=runtime.python", *v.design.overrides()]
-    with parent_run(s.uri, tracking.open_store(s.uri, s.experiment), name, params | {"paired": "true"},
-                    kind="versions") as run:
+    store = tracking.Store(s.uri)
+    with parent_run(store, store.open(s.experiment), name, params | {"paired": "true"}, kind="versions") as run:
         code = paired.sweep(overrides, out, s.uri, s.experiment, run.run_id, quiet=s.quiet)
         if code in paired.STOPPED:  # the sweep said so in its one line
             run.status = "KILLED"
@@ -127,10 +127,11 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
     s, (name, params) = v.sweep, named(v, built)
     params |= {"repeats": s.repeats} | {f"env.{i}.{k}": x for i, e in enumerate(built) for k, x in (
         ("spec", str(e.spec)), ("changes", describe(e.manifest["changes"])), ("python", str(e.python)))}
-    with parent_run(s.uri, tracking.open_store(s.uri, s.experiment), name, params, kind="versions") as run:
+    store = tracking.Store(s.uri)
+    with parent_run(store, store.open(s.experiment), name, params, kind="versions") as run:
         code = environments.across(s, [e.python for e in built], run.run_id)
         run.status = "FINISHED" if code == OK else "FAILED"
-        sweeps = tracking.search(s.uri, s.experiment, f"tags.mlflow.parentRunId = '{run.run_id}'")
+        sweeps = store.search(s.experiment, f"tags.mlflow.parentRunId = '{run.run_id}'")
         print(f"\nversions: parent run {run.run_id} ({name})")
         if len(built) < 2 or sweeps.empty:
             return code, {}

@@ -184,8 +184,9 @@ def sweep(args: list[str], uri: str, workdir: Path) -> None:
 
 
 def last_sweep(uri: str) -> pd.DataFrame:
-    parent = tracking.latest_sweep(uri, "nnbench").info.run_id
-    return tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
+    store = tracking.Store(uri)
+    parent = store.latest_sweep("nnbench").info.run_id
+    return tidy(store.search("nnbench", f"tags.mlflow.parentRunId = '{parent}'"))
 
 
 def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
@@ -193,7 +194,7 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
 
     def medians(run_id: str, op: str) -> list[float]:
         if run_id not in samples:
-            samples[run_id] = tracking.load_samples(uri, run_id)
+            samples[run_id] = tracking.Store(uri).load_samples(run_id)
         return process_medians(samples[run_id][op])
 
     return history.series(t, by, medians)
@@ -209,8 +210,8 @@ def run(a: argparse.Namespace) -> int:
     if a.sweep:
         uri = readable(a.uri)
         try:
-            t = tidy(tracking.search(uri, "nnbench", f"tags.mlflow.parentRunId = "
-                                                    f"'{tracking.sweep_run_id(uri, 'nnbench', a.sweep)}'"))
+            store = tracking.Store(uri)
+            t = tidy(store.search("nnbench", f"tags.mlflow.parentRunId = '{store.sweep_run_id('nnbench', a.sweep)}'"))
         except LookupError as e:
             raise BadInput(f"{e}: give --sweep RUN_ID or last, and --uri") from None
         if t.empty:

@@ -49,7 +49,7 @@ def check(name: str, args: list[str], bench: str, out: Path) -> bool:
     if r.returncode:
         print("\n".join((r.stdout + r.stderr).strip().splitlines()[-15:]))
         return False
-    runs = tracking.search(f"sqlite:///{cwd}/mlruns/mlflow.db", "nnbench")
+    runs = tracking.Store(f"sqlite:///{cwd}/mlruns/mlflow.db").search("nnbench")
     points = runs[runs["params.model"].notna()]
     off_gpu = points[~points["params.device"].astype(str).str.startswith("cuda")]
     unfinished = points[points["status"] != "FINISHED"]

@@ -19,27 +19,27 @@ class Parent:
     """An open parent run: its store, its id, and the status it closes with (FINISHED unless its work says KILLED,
     a sweep stopped by a signal, or FAILED, a sweep that failed)."""
 
-    uri: str
+    store: tracking.Store
     run_id: str
     status: str = "FINISHED"
     closed: bool = False
 
     def finish(self, artifacts: Path, note: str = "", tags: dict[str, str] | None = None) -> None:
-        """Close it with its answer (`tracking.finish_parent`): the description, tags and the report's artifacts."""
-        tracking.finish_parent(self.uri, self.run_id, artifacts, self.status, note=note, tags=tags)
+        """Close it with its answer (`Store.finish_parent`): the description, tags and the report's artifacts."""
+        self.store.finish_parent(self.run_id, artifacts, self.status, note=note, tags=tags)
         self.closed = True
 
     def close(self, status: str) -> None:
         """Close it with `status`, if still open; quietly where the store fails."""
         if not self.closed:
-            tracking.set_status(self.uri, self.run_id, status, quiet=True)
+            self.store.set_status(self.run_id, status, quiet=True)
             self.closed = True
 
 
 @contextlib.contextmanager
-def parent_run(uri: str, experiment_id: str, name: str, params: dict, kind: str) -> Iterator[Parent]:
+def parent_run(store: tracking.Store, experiment_id: str, name: str, params: dict, kind: str) -> Iterator[Parent]:
     """A parent run `name` tagged `nnbench.<kind>`, with `params`, open while the block runs, closed when it ends."""
-    run = Parent(uri, tracking.start_parent(uri, experiment_id, name, params, kind=kind))
+    run = Parent(store, store.start_parent(experiment_id, name, params, kind=kind))
     try:
         yield run
     except KeyboardInterrupt:

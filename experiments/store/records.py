@@ -50,7 +50,7 @@ class Record:
         return STATUS[self.outcome]
 
     def save(self, directory: Path) -> None:
-        """The run's artifacts and record.json: everything `load` and `tracking.log_record` need."""
+        """The run's artifacts and record.json: everything `load` and `tracking.Store.log_record` need."""
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
         (directory / "environment.json").write_text(json.dumps(self.tags, indent=1, sort_keys=True))

@@ -14,55 +14,55 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
-from experiments.store import tracking
+from experiments.store.tracking import POINT_DIR, SWEEP, Store, is_complete
 from experiments.store.records import Record
 from experiments.store.sweepdir import MARKER, Sweep
 
 log = logging.getLogger("nnbench")
 
 
-def sync_point(uri: str, experiment_id: str, directory: Path, parent: str | None, own_store: bool) -> str:
+def sync_point(store: Store, experiment_id: str, directory: Path, parent: str | None, own_store: bool) -> str:
     """Make the store hold this point's run exactly once; what was done, in a few words."""
     rec, marker = Record.load(directory), directory / MARKER
     run_id = marker.read_text().strip() if marker.exists() else None
     if run_id is None and "'" not in str(directory.resolve()):  # a run made before its marker: take it over
-        found = tracking.find_runs(uri, experiment_id, f"tags.`{tracking.POINT_DIR}` = '{directory.resolve()}'")
+        found = store.find_runs(experiment_id, f"tags.`{POINT_DIR}` = '{directory.resolve()}'")
         for extra in found[1:]:
-            tracking.discard(uri, extra.info.run_id)
+            store.discard(extra.info.run_id)
         if found:
             run_id = found[0].info.run_id
             marker.write_text(run_id)
     if run_id is not None:
-        run = tracking.get_runs(uri, [run_id])[run_id]
-        if tracking.is_complete(run):
+        run = store.get_runs([run_id])[run_id]
+        if is_complete(run):
             return ""
         if run is not None and run.info.lifecycle_stage == "active":
-            tracking.fill(uri, run_id, rec, directory, parent, have=run.data)
+            store.fill(run_id, rec, directory, parent, have=run.data)
             return f"completed run {run_id}"
         if not own_store:
             return ""  # logged to its sweep's store; this is another one
-    run_id = tracking.log_record(uri, experiment_id, rec, directory, parent, on_created=marker.write_text)
+    run_id = store.log_record(experiment_id, rec, directory, parent, on_created=marker.write_text)
     return f"logged as run {run_id}"
 
 
-def close_stale(uri: str, experiment_id: str) -> None:
+def close_stale(store: Store, experiment_id: str) -> None:
     """Close the runs that earlier sweeps left RUNNING in this store (a store failure, a crash), where their
     sweep dir is visible here and no live process holds its lock: a parent KILLED if its sweep was interrupted,
     else FAILED; a point's run FAILED and tagged incomplete, for upload to complete."""
     closed: dict[Path, int] = defaultdict(int)
-    for run in tracking.find_runs(uri, experiment_id, "attributes.status = 'RUNNING'"):
+    for run in store.find_runs(experiment_id, "attributes.status = 'RUNNING'"):
         tags, run_id = run.data.tags, run.info.run_id
-        if tags.get(tracking.SWEEP) == "true":
+        if tags.get(SWEEP) == "true":
             sweep = Sweep(Path(run.data.params.get("sweep_dir", "/nonexistent")))
             if not sweep.state.exists() or sweep.running() or sweep.read().parent_run_id != run_id:
                 continue
-            tracking.set_status(uri, run_id, "KILLED" if sweep.read().ended == "interrupted" else "FAILED")
-        elif tracking.POINT_DIR in tags:
-            sweep = Sweep.above(Path(tags[tracking.POINT_DIR]))
+            store.set_status(run_id, "KILLED" if sweep.read().ended == "interrupted" else "FAILED")
+        elif POINT_DIR in tags:
+            sweep = Sweep.above(Path(tags[POINT_DIR]))
             if sweep is None or sweep.running():
                 continue
-            tracking.set_status(uri, run_id, "FAILED", f"left RUNNING by a store failure; nnbench upload "
-                                f"{sweep.directory} completes it")
+            store.set_status(run_id, "FAILED", f"left RUNNING by a store failure; nnbench upload {sweep.directory} "
+                             "completes it")
         else:
             continue
         closed[sweep.directory] += 1

@@ -1,4 +1,5 @@
-"""The only module that talks to MLflow: store set-up and one run per record, never two, never one left RUNNING.
+"""The only module that talks to MLflow: a `Store` at one URI, set up once, with one run per record, never two, never
+one left RUNNING, and its runs read back.
 
 A point's run is created first (with the point's directory as a tag) and its id goes to the point's
 `mlflow_run_id` marker before the run is filled, so a run caught half-logged by a store failure is found and
@@ -9,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -37,9 +36,10 @@ from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from experiments.common.errors import first_line  # noqa: E402
+from experiments.store import view  # noqa: E402
 from experiments.store.records import FORMAT_TAG, NOTE, Record  # noqa: E402
 from experiments.store.sweepdir import MARKER  # noqa: E402
-from experiments.store.uris import DEFAULT_URI, UI_PORT, failure, sqlite_path  # noqa: E402
+from experiments.store.uris import DEFAULT_URI, failure, sqlite_path  # noqa: E402
 
 # MLflow retries a database it can't open 10 times with growing sleeps (104 s for sqlite:////proc/nope.db);
 # three tries still ride out a database that is starting.
@@ -56,40 +56,16 @@ SWEEP = "nnbench.sweep"  # tags a sweep's parent run
 # User, Source and Version columns and the run page's "Created by" and "Source".
 CONTEXT = ("mlflow.user", "mlflow.source.")
 RUN_NOTE_CHARS = 8000  # MLflow cuts a longer run description silently
-RUN_NAME_CHARS = 250  # runs.name is VARCHAR(250): PostgreSQL refuses a longer one
 HEADLINE = "nnbench.headline"  # tags a sweep's parent run with the headline its name carries
-VIEW = "nnbench"  # the runs table's columns, read from the experiment tag mlflow.sharedViewState.<VIEW>
-ML_VIEW = "workflowType=machine_learning"  # MLflow 3's "Model training" view; without it links open GenAI pages
-EXPERIMENT_NOTE = """**nnbench**: JAX/Flax vs PyTorch, eager vs compiled, for inference and a training step.
-
-Each sweep is one parent run (`sweep <date> <time> · <headline> · <overrides>`); its **description** answers the
-comparison: which variant is faster for each point, by how much and how sure, with the machine and the versions.
-Its metrics `speedup_<op>_<variant>_vs_<baseline>` are geometric-mean speedups against the baseline
-(`torch-eager fp32` unless `report.baseline` says otherwise; above 1 is faster), and its artifacts hold the report
-and the plots.
-
-Each point (model, variant, precision, batch size) is one child run, e.g. `lenet · jax-jit · fp32 · bs32`. Its
-metrics per op (`inference_`, `training_`, `grad_`): `median_s` (the median over processes of each fresh
-process's median per call), `ci95_low_s`/`ci95_high_s` (where a re-run of the point is expected to read, 95%),
-`process_spread`, `throughput_samples_per_s`, `first_call_s` (compile plus the first run), `flops`, `mfu`,
-`peak_mem_bytes`. Tags `noisy=true` (other processes used the CPU) and `unstable=true` (a re-run may read far
-from this one) flag numbers to read with care. Status FINISHED means measured (`outcome=skipped`: an op the model
-doesn't have), FAILED a fault (`failure_reason`), KILLED an interrupt."""
-
+VIEW_SETTLE_S = 0.2  # how long a sweep's close waits before it checks that the runs table kept its columns
 
 
 class StoreUnavailable(Exception):
     """The store can't be opened; the message says where and what to do."""
 
 
-def artifacts_failed(uri: str, e: Exception) -> str:
-    """Why a run's artifacts are not in the store, in a few words. A tracking server that took the run's params
-    and metrics but not its files answers with HTTP 500 (its artifact destination full or read-only, while its
-    database answers); the client only sees the failed upload, retried until the server reset the connection."""
-    if uri.startswith(("http://", "https://")):
-        return (f"the tracking server at {uri} took the runs but not their artifacts: its artifact destination may "
-                "be full or read-only")
-    return f"the store's artifacts could not be written ({first_line(e)})"
+class ArtifactsNotStored(Exception):
+    """The store took a run's data but not its files."""
 
 
 def incomplete_reason(run: Run) -> str | None:
@@ -98,105 +74,10 @@ def incomplete_reason(run: Run) -> str | None:
     return why.split("; nnbench upload")[0] if why else None
 
 
-@contextlib.contextmanager
-def creation_lock(uri: str):
-    """One process at a time creates or migrates a sqlite store: parallel creation races in the schema migration
-    ("duplicate column name: step", "Online migration expected") and once left a database broken."""
-    path = sqlite_path(uri)
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-def open_store(uri: str, experiment_name: str, option: str = "mlflow.tracking_uri") -> str:
-    """prepare_store, with a failure turned into one line that names the fix (`option`: what sets the URI)."""
-    try:
-        with creation_lock(uri):
-            return prepare_store(uri, experiment_name)
-    except StoreUnavailable:
-        raise
-    except Exception as e:
-        raise StoreUnavailable(failure(uri, e, option)) from None
-
-
-def prepare_store(uri: str, experiment_name: str) -> str:
-    """Create (or migrate) the store and the experiment once, before any job logs; a server is asked again when
-    another sweep creates the same experiment at the same moment."""
-    artifacts = None
-    if uri == DEFAULT_URI:
-        Path("mlruns/artifacts").mkdir(parents=True, exist_ok=True)
-        artifacts = Path("mlruns/artifacts").resolve().as_uri()
-    client = MlflowClient(uri)
-    for attempt in range(3):
-        exp = client.get_experiment_by_name(experiment_name)
-        if exp is not None and exp.lifecycle_stage == "deleted":
-            raise StoreUnavailable(f"experiment {experiment_name!r} is deleted: restore it, or choose another "
-                                   "mlflow.experiment_name")
-        if exp is not None:
-            describe_experiment(client, exp.experiment_id, exp.tags)
-            return exp.experiment_id
-        try:
-            exp_id = client.create_experiment(experiment_name, artifact_location=artifacts)
-        except mlflow.exceptions.MlflowException:  # created meanwhile by another process: read it again
-            if attempt == 2:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-            continue
-        describe_experiment(client, exp_id, {})
-        return exp_id
-    raise AssertionError("unreachable")
-
-
-# The runs table's columns, chosen so that a collapsed sweep row answers on a 1600 px screen: its headline in the
-# Description column (the first 50 characters of a run's description; a point's row shows its medians there), the
-# point counts and the geometric means. MLflow orders the columns itself (pinned name and date, Duration, then
-# attributes, metrics by name, params), and the columns of 100 px past those fill the screen: User, Source and the
-# points' metrics are one click away in "Columns".
-COLUMNS = ["attributes.`Description`", "metrics.`points_finished`", "metrics.`points_skipped`",
-           "metrics.`points_failed`", "params.`mode`", "params.`batch_size`"]
-VIEW_SETTLE_S = 0.2  # how long a sweep's close waits before it checks that the runs table kept its columns
-ANSWER_COLUMNS = "metrics.`speedup_"  # a sweep's geometric means (report.answer.metric_name), added as sweeps log them
-# ...but not what the run page lists beside them: their intervals, and each cell's speedup (`speedup_<op>_bs<N>_...`,
-# which sort before the means and would push them off the first screen)
-NOT_COLUMNS = re.compile(r"_ci95_(low|high)$|^speedup_[a-z]+_bs\d+_")
-
-
-def describe_experiment(client: MlflowClient, experiment_id: str, tags: dict[str, str],
-                        shown: tuple[str, ...] = ()) -> None:
-    """The experiment's description (what nnbench logs and how to read it) and the runs table's columns (link with
-    `?viewStateShareKey=nnbench`): COLUMNS, the answer columns earlier sweeps added and the metrics `shown`; set
-    where they differ. Read back and merged again while another sweep's write took this one's columns out (two
-    sweeps closing at once each read the view before the other wrote it)."""
-    key = f"mlflow.sharedViewState.{VIEW}"
-    mine = {f"metrics.`{m}`" for m in shown}
-    for _ in range(5):
-        had = set(answer_columns(tags.get(key)))
-        view = {"selectedColumns": COLUMNS + sorted(had | mine), "orderByKey": "attributes.start_time",
-                "orderByAsc": False}
-        wanted = {NOTE: EXPERIMENT_NOTE, key: json.dumps(view)}
-        if all(tags.get(k) == value for k, value in wanted.items()):
-            return
-        for k, value in wanted.items():
-            if tags.get(k) != value:
-                client.set_experiment_tag(experiment_id, k, value)
-        if not mine:
-            return
-        time.sleep(VIEW_SETTLE_S)  # a write read before this one's lands within milliseconds: then it is seen
-        tags = client.get_experiment(experiment_id).tags
-        if mine <= set(answer_columns(tags.get(key))):
-            return
-
-
-def answer_columns(view: str | None) -> list[str]:
-    """The answer columns a stored view selects ([] for none, or a view not in nnbench's JSON: written anew)."""
-    try:
-        return [c for c in json.loads(view or "{}").get("selectedColumns", []) if c.startswith(ANSWER_COLUMNS)]
-    except (ValueError, AttributeError):
-        return []
+def is_complete(run: Run | None) -> bool:
+    """Closed with all its data: not RUNNING, not marked incomplete, not deleted."""
+    return (run is not None and run.info.status in TERMINAL and INCOMPLETE not in run.data.tags
+            and run.info.lifecycle_stage == "active")
 
 
 def context_tags() -> dict[str, str]:
@@ -207,192 +88,283 @@ def context_tags() -> dict[str, str]:
     return {k: v for k, v in resolve_tags().items() if k.startswith(CONTEXT)}
 
 
-@functools.cache
-def context_of(uri: str, parent_run_id: str | None) -> dict[str, str]:
-    """A point run's context tags: its parent's (a launcher's process has another argv[0] and maybe no git), or this
-    process's for a run without a parent."""
-    if parent_run_id is None:
-        return context_tags()
-    return {k: v for k, v in MlflowClient(uri).get_run(parent_run_id).data.tags.items() if k.startswith(CONTEXT)}
+class Store:
+    """The MLflow store at one URI, through one client: its experiment set up, its runs written and read back. Two
+    Stores at one URI are one store: what one has read of a parent run, the other does not read again."""
 
+    def __init__(self, uri: str):
+        self.uri = uri
 
-def log_record(uri: str, experiment_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None,
-               on_created: Callable[[str], None] = lambda run_id: None) -> str:
-    """One MLflow run per point; `on_created` gets its id (to write the marker) before the run is filled."""
-    client = MlflowClient(uri)
-    tags = context_of(uri, parent_run_id) | {"outcome": rec.outcome, POINT_DIR: str(artifacts.resolve())}
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    run_id = client.create_run(experiment_id, run_name=rec.run_name, tags=tags).info.run_id  # mlflow.user: User
-    try:
-        on_created(run_id)
-    except Exception:  # no marker names it: close and hide it, or upload would log the point a second time
-        with contextlib.suppress(Exception):
-            discard(uri, run_id)
-        raise
-    fill(uri, run_id, rec, artifacts, parent_run_id)
-    return run_id
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Store) and other.uri == self.uri
 
+    def __hash__(self) -> int:
+        return hash(self.uri)
 
-def fill(uri: str, run_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None, have=None) -> None:
-    """Log what the run lacks (`have`: its RunData so far, when completing a half-logged run), then close it."""
-    client = MlflowClient(uri)
-    have_params, have_metrics = (have.params, have.metrics) if have else ({}, {})
-    tags = dict(rec.tags) | ({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})
-    now = int(time.time() * 1000)
-    try:
-        client.log_batch(run_id,
-                         metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items() if k not in have_metrics],
-                         params=[Param(k, v[:6000]) for k, v in rec.params.items() if k not in have_params],
-                         tags=[RunTag(k, v) for k, v in tags.items()])
-        with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call, without the run-id marker
-            for f in artifacts.iterdir():
-                if f.is_file() and f.name != MARKER:
-                    shutil.copy2(f, tmp)
-                elif f.is_dir():  # profile/<op>/: a profile's files
-                    shutil.copytree(f, Path(tmp) / f.name)
-            log_artifacts(client, uri, run_id, tmp)
-        if have and INCOMPLETE in have.tags:
-            client.delete_tag(run_id, INCOMPLETE)
-    except Exception as e:
-        set_status(uri, run_id, "FAILED", f"{first_line(e)}; {UPLOAD_COMPLETES}", quiet=True)
-        raise
-    client.set_terminated(run_id, rec.status)
+    @functools.cached_property
+    def client(self) -> MlflowClient:
+        """The store's client, made on first use: making one opens the store (and creates a sqlite one)."""
+        return MlflowClient(self.uri)
 
+    def artifacts_failed(self, e: Exception) -> str:
+        """Why a run's artifacts are not in the store, in a few words. A tracking server that took the run's params
+        and metrics but not its files answers with HTTP 500 (its artifact destination full or read-only, while its
+        database answers); the client only sees the failed upload, retried until the server reset the connection."""
+        if self.uri.startswith(("http://", "https://")):
+            return (f"the tracking server at {self.uri} took the runs but not their artifacts: its artifact "
+                    "destination may be full or read-only")
+        return f"the store's artifacts could not be written ({first_line(e)})"
 
-class ArtifactsNotStored(Exception):
-    """The store took a run's data but not its files."""
-
-
-def log_artifacts(client: MlflowClient, uri: str, run_id: str, directory: str) -> None:
-    try:
-        client.log_artifacts(run_id, directory)
-    except Exception as e:
-        raise ArtifactsNotStored(artifacts_failed(uri, e)) from None
-
-
-def set_status(uri: str, run_id: str, status: str, incomplete: str | None = None, quiet: bool = False) -> None:
-    """Close a run; `incomplete` says why its data is not all there (upload completes such runs). Tried twice: after
-    a server reset the connection of a failed upload, the next request on its pooled connection fails once."""
-    for attempt in (1, 2):
-        try:
-            client = MlflowClient(uri)
-            if incomplete:
-                client.set_tag(run_id, INCOMPLETE, incomplete)
-            client.set_terminated(run_id, status)
+    @contextlib.contextmanager
+    def creation_lock(self):
+        """One process at a time creates or migrates a sqlite store: parallel creation races in the schema migration
+        ("duplicate column name: step", "Online migration expected") and once left a database broken."""
+        path = sqlite_path(self.uri)
+        if path is None:
+            yield
             return
-        except Exception:
-            if attempt == 2 and not quiet:
-                raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
 
-
-def discard(uri: str, run_id: str) -> None:
-    """Close and delete a run that must not count (a second run of the same point)."""
-    client = MlflowClient(uri)
-    client.set_terminated(run_id, "FAILED")
-    client.delete_run(run_id)
-
-
-def get_runs(uri: str, run_ids: list[str]) -> dict[str, Run | None]:
-    """Each run by id; None where the store has no such run (connection errors raise)."""
-    client, out = MlflowClient(uri), {}
-    for run_id in run_ids:
+    def open(self, experiment_name: str, option: str = "mlflow.tracking_uri") -> str:
+        """`prepare`, with a failure turned into one line that names the fix (`option`: what sets the URI)."""
         try:
-            out[run_id] = client.get_run(run_id)
-        except mlflow.exceptions.MlflowException as e:
-            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
-                raise
-            out[run_id] = None
-    return out
+            with self.creation_lock():
+                return self.prepare(experiment_name)
+        except StoreUnavailable:
+            raise
+        except Exception as e:
+            raise StoreUnavailable(failure(self.uri, e, option)) from None
 
+    def prepare(self, experiment_name: str) -> str:
+        """Create (or migrate) the store and the experiment once, before any job logs; a server is asked again when
+        another sweep creates the same experiment at the same moment."""
+        artifacts = None
+        if self.uri == DEFAULT_URI:
+            Path("mlruns/artifacts").mkdir(parents=True, exist_ok=True)
+            artifacts = Path("mlruns/artifacts").resolve().as_uri()
+        for attempt in range(3):
+            exp = self.client.get_experiment_by_name(experiment_name)
+            if exp is not None and exp.lifecycle_stage == "deleted":
+                raise StoreUnavailable(f"experiment {experiment_name!r} is deleted: restore it, or choose another "
+                                       "mlflow.experiment_name")
+            if exp is not None:
+                self.describe_experiment(exp.experiment_id, exp.tags)
+                return exp.experiment_id
+            try:
+                exp_id = self.client.create_experiment(experiment_name, artifact_location=artifacts)
+            except mlflow.exceptions.MlflowException:  # created meanwhile by another process: read it again
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            self.describe_experiment(exp_id, {})
+            return exp_id
+        raise AssertionError("unreachable")
 
-def is_complete(run: Run | None) -> bool:
-    """Closed with all its data: not RUNNING, not marked incomplete, not deleted."""
-    return (run is not None and run.info.status in TERMINAL and INCOMPLETE not in run.data.tags
-            and run.info.lifecycle_stage == "active")
+    def describe_experiment(self, experiment_id: str, tags: dict[str, str], shown: tuple[str, ...] = ()) -> None:
+        """The experiment's description and the runs table's columns (`view.experiment_tags`), set where its `tags`
+        differ. Read back and merged again while another sweep's write took this one's columns out (two sweeps
+        closing at once each read the view before the other wrote it)."""
+        for _ in range(5):
+            wanted = view.experiment_tags(tags, shown)
+            if all(tags.get(k) == value for k, value in wanted.items()):
+                return
+            for k, value in wanted.items():
+                if tags.get(k) != value:
+                    self.client.set_experiment_tag(experiment_id, k, value)
+            if not shown:
+                return
+            time.sleep(VIEW_SETTLE_S)  # a write read before this one's lands within milliseconds: then it is seen
+            tags = self.client.get_experiment(experiment_id).tags
+            if view.shows(tags, shown):
+                return
 
+    @functools.cache  # per store and parent run, once per process: a sweep's points share their parent's
+    def context_of(self, parent_run_id: str | None) -> dict[str, str]:
+        """A point run's context tags: its parent's (a launcher's process has another argv[0] and maybe no git), or
+        this process's for a run without a parent."""
+        if parent_run_id is None:
+            return context_tags()
+        return {k: v for k, v in self.client.get_run(parent_run_id).data.tags.items() if k.startswith(CONTEXT)}
 
-def find_runs(uri: str, experiment_id: str, filter_string: str) -> list[Run]:
-    """Every run of the experiment that matches an MLflow filter, as Run objects (page by page)."""
-    client, runs, token = MlflowClient(uri), [], None
-    while True:
-        page = client.search_runs([experiment_id], filter_string, max_results=5000, page_token=token)
-        runs += page
-        if not (token := page.token):
-            return runs
+    def log_record(self, experiment_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None,
+                   on_created: Callable[[str], None] = lambda run_id: None) -> str:
+        """One MLflow run per point; `on_created` gets its id (to write the marker) before the run is filled."""
+        tags = self.context_of(parent_run_id) | {"outcome": rec.outcome, POINT_DIR: str(artifacts.resolve())}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run_id = self.client.create_run(experiment_id, run_name=rec.run_name, tags=tags).info.run_id  # mlflow.user
+        try:
+            on_created(run_id)
+        except Exception:  # no marker names it: close and hide it, or upload would log the point a second time
+            with contextlib.suppress(Exception):
+                self.discard(run_id)
+            raise
+        self.fill(run_id, rec, artifacts, parent_run_id)
+        return run_id
 
+    def fill(self, run_id: str, rec: Record, artifacts: Path, parent_run_id: str | None = None, have=None) -> None:
+        """Log what the run lacks (`have`: its RunData so far, when completing a half-logged run), then close it."""
+        have_params, have_metrics = (have.params, have.metrics) if have else ({}, {})
+        tags = dict(rec.tags) | ({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})
+        now = int(time.time() * 1000)
+        try:
+            self.client.log_batch(
+                run_id, metrics=[Metric(k, v, now, 0) for k, v in rec.metrics.items() if k not in have_metrics],
+                params=[Param(k, v[:6000]) for k, v in rec.params.items() if k not in have_params],
+                tags=[RunTag(k, v) for k, v in tags.items()])
+            with tempfile.TemporaryDirectory() as tmp:  # the artifacts in one call, without the run-id marker
+                for f in artifacts.iterdir():
+                    if f.is_file() and f.name != MARKER:
+                        shutil.copy2(f, tmp)
+                    elif f.is_dir():  # profile/<op>/: a profile's files
+                        shutil.copytree(f, Path(tmp) / f.name)
+                self.log_artifacts(run_id, tmp)
+            if have and INCOMPLETE in have.tags:
+                self.client.delete_tag(run_id, INCOMPLETE)
+        except Exception as e:
+            self.set_status(run_id, "FAILED", f"{first_line(e)}; {UPLOAD_COMPLETES}", quiet=True)
+            raise
+        self.client.set_terminated(run_id, rec.status)
 
-def finished_points(uri: str, experiment_id: str, keys: set[str], fingerprint: str | None) -> set[str]:
-    """Which of these point keys have a FINISHED run (of this environment, when its fingerprint is known);
-    deleted runs are not searched, so they count as missing."""
-    where = "attributes.status = 'FINISHED'" + (f" and tags.env_fingerprint = '{fingerprint}'" if fingerprint else "")
-    # one search: a filter on a tag takes one value, so the keys are matched here
-    return keys & {r.data.tags.get("point_key") for r in find_runs(uri, experiment_id, where)}
+    def log_artifacts(self, run_id: str, directory: str) -> None:
+        try:
+            self.client.log_artifacts(run_id, directory)
+        except Exception as e:
+            raise ArtifactsNotStored(self.artifacts_failed(e)) from None
 
+    def set_status(self, run_id: str, status: str, incomplete: str | None = None, quiet: bool = False) -> None:
+        """Close a run; `incomplete` says why its data is not all there (upload completes such runs). Tried twice:
+        after a server reset the connection of a failed upload, the next request on its pooled connection fails
+        once."""
+        for attempt in (1, 2):
+            try:
+                if incomplete:
+                    self.client.set_tag(run_id, INCOMPLETE, incomplete)
+                self.client.set_terminated(run_id, status)
+                return
+            except Exception:
+                if attempt == 2 and not quiet:
+                    raise
 
-def start_parent(uri: str, experiment_id: str, name: str, params: dict[str, str], parent_run_id: str | None = None,
-                 kind: str = "sweep") -> str:
-    """A parent run, with this process's user, source and commit: a sweep's (its points go under it), or
-    `versions`', `bisect`'s or `history`'s (tagged `nnbench.<kind>`); nested under `parent_run_id` where given (a
-    sweep that `versions` or `bisect` started)."""
-    client = MlflowClient(uri)
-    tags = context_tags() | {f"nnbench.{kind}": "true"}
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, run_name=shortened(name), tags=tags)
-    client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
-    return run.info.run_id
+    def discard(self, run_id: str) -> None:
+        """Close and delete a run that must not count (a second run of the same point)."""
+        self.client.set_terminated(run_id, "FAILED")
+        self.client.delete_run(run_id)
 
+    def start_parent(self, experiment_id: str, name: str, params: dict[str, str], parent_run_id: str | None = None,
+                     kind: str = "sweep") -> str:
+        """A parent run, with this process's user, source and commit: a sweep's (its points go under it), or
+        `versions`', `bisect`'s or `history`'s (tagged `nnbench.<kind>`); nested under `parent_run_id` where given
+        (a sweep that `versions` or `bisect` started)."""
+        tags = context_tags() | {f"nnbench.{kind}": "true"}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(experiment_id, run_name=view.shortened(name), tags=tags)
+        self.client.log_batch(run.info.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        return run.info.run_id
 
-def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
-    MlflowClient(uri).log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
+    def finish_parent(self, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",
+                      metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+        """A parent's answer: the description (`note`, Markdown), metrics, tags and the report's artifacts; then its
+        status. A HEADLINE among the tags also goes into the run's name, and the geometric means
+        (`view.answer_metrics`) become columns of the runs table."""
+        if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
+            note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
+        now = int(time.time() * 1000)
+        tags = (tags or {}) | ({NOTE: note} if note else {})
+        try:
+            run = self.client.get_run(run_id)
+            self.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
+                                  tags=[RunTag(k, v) for k, v in tags.items()])
+            if headline := tags.get(HEADLINE):
+                self.client.update_run(run_id, name=view.titled(run.info.run_name, headline,
+                                                                run.data.tags.get(HEADLINE)))
+            if shown := view.answer_metrics(metrics or {}):
+                exp = self.client.get_experiment(run.info.experiment_id)
+                self.describe_experiment(exp.experiment_id, exp.tags, shown)
+            self.log_artifacts(run_id, str(artifacts))
+            if INCOMPLETE in run.data.tags:  # an earlier close failed part way
+                self.client.delete_tag(run_id, INCOMPLETE)
+        except Exception as e:  # never left RUNNING: upload closes it again
+            self.set_status(run_id, "FAILED", f"{first_line(e)}; nnbench upload completes this sweep", quiet=True)
+            raise
+        self.client.set_terminated(run_id, status)
 
-def titled(name: str, headline: str, had: str | None) -> str:
-    """A sweep's run name with its headline after the date, where the run page's title shows it on the first screen
-    even where MLflow stacks "About this run" above the description (1024 px wide; at 1280 px, side by side):
-    `sweep <date> <time> · <headline> · <overrides>` (the headline an earlier close wrote replaced), at most
-    MLflow's 250 characters (runs.name on PostgreSQL), the overrides cut first."""
-    if had:
-        name = name.replace(f" · {had}", "", 1)
-    when, _, overrides = name.partition(" · ")
-    return shortened(" · ".join(filter(None, [when, headline, overrides])))
+    def get_runs(self, run_ids: list[str]) -> dict[str, Run | None]:
+        """Each run by id; None where the store has no such run (connection errors raise)."""
+        out = {}
+        for run_id in run_ids:
+            try:
+                out[run_id] = self.client.get_run(run_id)
+            except mlflow.exceptions.MlflowException as e:
+                if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                out[run_id] = None
+        return out
 
+    def find_runs(self, experiment_id: str, filter_string: str) -> list[Run]:
+        """Every run of the experiment that matches an MLflow filter, as Run objects (page by page)."""
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([experiment_id], filter_string, max_results=5000, page_token=token)
+            runs += page
+            if not (token := page.token):
+                return runs
 
-def shortened(name: str) -> str:
-    """A run name cut to MLflow's RUN_NAME_CHARS (a long command line's overrides), its end marked."""
-    return name if len(name) <= RUN_NAME_CHARS else name[:RUN_NAME_CHARS - 1] + "…"
+    def finished_points(self, experiment_id: str, keys: set[str], fingerprint: str | None) -> set[str]:
+        """Which of these point keys have a FINISHED run (of this environment, when its fingerprint is known);
+        deleted runs are not searched, so they count as missing."""
+        where = "attributes.status = 'FINISHED'" + (f" and tags.env_fingerprint = '{fingerprint}'"
+                                                    if fingerprint else "")
+        # one search: a filter on a tag takes one value, so the keys are matched here
+        return keys & {r.data.tags.get("point_key") for r in self.find_runs(experiment_id, where)}
 
+    def latest_sweep(self, experiment_name: str) -> Run | None:
+        """The most recent sweep's parent run in the experiment, if any."""
+        exp = self.client.get_experiment_by_name(experiment_name)
+        found = self.client.search_runs([exp.experiment_id], f"tags.`{SWEEP}` = 'true'", max_results=1,
+                                        order_by=["attributes.start_time DESC"]) if exp else []
+        return found[0] if found else None
 
-def finish_parent(uri: str, run_id: str, artifacts: Path, status: str = "FINISHED", note: str = "",
-                  metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-                  headline: str | None = None) -> None:
-    """A parent's answer: the description (`note`, Markdown), metrics, tags and the report's artifacts; then its
-    status. A `headline` goes into the run's name (its HEADLINE tag says which), and the geometric means (named like
-    ANSWER_COLUMNS) become columns of the runs table."""
-    client = MlflowClient(uri)
-    if len(note) > RUN_NOTE_CHARS:  # cut at a whole line, and say so, rather than mid-row as MLflow would
-        note = note[:RUN_NOTE_CHARS - 60].rsplit("\n", 1)[0] + "\n\n_(cut here: the whole table is in report.md)_"
-    now = int(time.time() * 1000)
-    tags = (tags or {}) | ({NOTE: note} if note else {}) | ({HEADLINE: headline} if headline else {})
-    try:
-        run = client.get_run(run_id)
-        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in (metrics or {}).items()],
-                         tags=[RunTag(k, v) for k, v in tags.items()])
-        if headline:
-            client.update_run(run_id, name=titled(run.info.run_name, headline, run.data.tags.get(HEADLINE)))
-        shown = tuple(m for m in metrics or {}
-                      if f"metrics.`{m}".startswith(ANSWER_COLUMNS) and not NOT_COLUMNS.search(m))
-        if shown:
-            exp = client.get_experiment(run.info.experiment_id)
-            describe_experiment(client, exp.experiment_id, exp.tags, shown)
-        log_artifacts(client, uri, run_id, str(artifacts))
-        if INCOMPLETE in run.data.tags:  # an earlier close failed part way
-            client.delete_tag(run_id, INCOMPLETE)
-    except Exception as e:  # never left RUNNING: upload closes it again
-        set_status(uri, run_id, "FAILED", f"{first_line(e)}; nnbench upload completes this sweep", quiet=True)
-        raise
-    client.set_terminated(run_id, status)
+    def sweep_run_id(self, experiment_name: str, given: str | None) -> str | None:
+        """A sweep's parent run id as given (`--sweep RUN_ID|last`): `last` is the newest sweep; LookupError if
+        none."""
+        if given != "last":
+            return given
+        if (latest := self.latest_sweep(experiment_name)) is None:
+            raise LookupError(f"--sweep last: no sweep in experiment {experiment_name!r} at {self.uri}")
+        return latest.info.run_id
+
+    def children(self, experiment_id: str, parent_run_id: str):
+        """A sweep's point runs, as a pandas DataFrame (one row per run)."""
+        mlflow.set_tracking_uri(self.uri)
+        return upgraded(mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId "
+                                           f"= '{parent_run_id}'", output_format="pandas", max_results=50_000))
+
+    def search(self, experiment_name: str, filter_string: str = ""):
+        """Runs of the experiment matching an MLflow filter, as a pandas DataFrame (one row per run)."""
+        path = sqlite_path(self.uri)
+        if path is not None and not path.exists():
+            raise LookupError(f"no store at {self.uri}: run a sweep here first, or pass --uri")  # don't create one
+        mlflow.set_tracking_uri(self.uri)
+        with self.creation_lock():  # a sweep may be creating this store right now
+            exp = self.client.get_experiment_by_name(experiment_name)
+        if exp is None:
+            raise LookupError(f"no experiment {experiment_name!r} in {self.uri}")
+        return upgraded(mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
+                                           output_format="pandas", max_results=50_000))
+
+    def load_samples(self, run_id: str) -> dict:
+        """A run's raw per-call samples (its samples.json artifact)."""
+        mlflow.set_tracking_uri(self.uri)
+        return mlflow.artifacts.load_dict(f"runs:/{run_id}/samples.json")
 
 
 # What format-1 runs (records.FORMAT) kept as tags and format 2 keeps as metrics: the host's numbers.
@@ -416,60 +388,3 @@ def upgraded(runs: pd.DataFrame) -> pd.DataFrame:
     if "tags.outcome" in runs:
         runs.loc[old & (runs["tags.outcome"] == "skipped") & (runs["status"] == "KILLED"), "status"] = "FINISHED"
     return runs
-
-
-def children(uri: str, experiment_id: str, parent_run_id: str):
-    """A sweep's point runs, as a pandas DataFrame (one row per run)."""
-    mlflow.set_tracking_uri(uri)
-    return upgraded(mlflow.search_runs(experiment_ids=[experiment_id], filter_string=f"tags.mlflow.parentRunId = "
-                                       f"'{parent_run_id}'", output_format="pandas", max_results=50_000))
-
-
-def ui_base(uri: str, port: int = UI_PORT) -> str:
-    """Where the UI of this store is: the tracking server itself, or where `nnbench ui` serves a local store."""
-    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else f"http://127.0.0.1:{port}"
-
-
-def run_link(experiment_id: str, uri: str = "", run_id: str | None = None, port: int = UI_PORT) -> str:
-    """The runs table (with nnbench's columns), or one run's page, in the UI's "Model training" view (MLflow 3
-    opens its GenAI view otherwise; a `#/runs/<id>` link would drop the view)."""
-    base = f"{ui_base(uri, port)}/#/experiments/{experiment_id}/runs"
-    return f"{base}/{run_id}?{ML_VIEW}" if run_id else f"{base}?{ML_VIEW}&viewStateShareKey={VIEW}"
-
-
-def latest_sweep(uri: str, experiment_name: str) -> Run | None:
-    """The most recent sweep's parent run in the experiment, if any."""
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment_name)
-    found = client.search_runs([exp.experiment_id], f"tags.`{SWEEP}` = 'true'", max_results=1,
-                               order_by=["attributes.start_time DESC"]) if exp else []
-    return found[0] if found else None
-
-
-def sweep_run_id(uri: str, experiment_name: str, given: str | None) -> str | None:
-    """A sweep's parent run id as given (`--sweep RUN_ID|last`): `last` is the newest sweep; LookupError if none."""
-    if given != "last":
-        return given
-    if (latest := latest_sweep(uri, experiment_name)) is None:
-        raise LookupError(f"--sweep last: no sweep in experiment {experiment_name!r} at {uri}")
-    return latest.info.run_id
-
-
-def search(uri: str, experiment_name: str, filter_string: str = ""):
-    """Runs of the experiment matching an MLflow filter, as a pandas DataFrame (one row per run)."""
-    path = sqlite_path(uri)
-    if path is not None and not path.exists():
-        raise LookupError(f"no store at {uri}: run a sweep here first, or pass --uri")  # don't create one
-    mlflow.set_tracking_uri(uri)
-    with creation_lock(uri):  # a sweep may be creating this store right now
-        exp = MlflowClient(uri).get_experiment_by_name(experiment_name)
-    if exp is None:
-        raise LookupError(f"no experiment {experiment_name!r} in {uri}")
-    return upgraded(mlflow.search_runs(experiment_names=[experiment_name], filter_string=filter_string,
-                                       output_format="pandas", max_results=50_000))
-
-
-def load_samples(uri: str, run_id: str) -> dict:
-    """A run's raw per-call samples (its samples.json artifact)."""
-    mlflow.set_tracking_uri(uri)
-    return mlflow.artifacts.load_dict(f"runs:/{run_id}/samples.json")

@@ -18,7 +18,7 @@ from experiments.common.errors import BadInput, fail, first_line
 from experiments.store import uris
 from experiments.store.sweepdir import Sweep, SweepTaken
 from experiments.sweep import commandline, ending, interrupts, preflight
-from experiments.sweep.opening import open_sweep
+from experiments.sweep.opening import ParentRun, open_sweep
 
 log = logging.getLogger("nnbench")
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -37,9 +37,9 @@ class SweepCallback(Callback):
                     jobs = preflight.jobs([preflight.typed(c) for c in commandline.job_configs(config)])
                 uri = uris.validate(config.mlflow.tracking_uri, config.mlflow.experiment_name)
                 validated = commandline.Validated(jobs, uri)
-            state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name,
-                               f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
-                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id,
+            parent = ParentRun(f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
+                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)
+            state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name, parent,
                                list(config.hydra.overrides.task))
         except (BadInput, SweepTaken) as e:
             fail(str(e))

@@ -2,7 +2,7 @@
 (framework, precision, device, runtime) form a group, and the group's first job measures all of them on one machine,
 as warm workers that take turns in short bursts (`harness.pairs`); the group's other jobs find their points measured.
 Each job's points are then read, judged against the group's baseline, saved and logged as an unpaired job's are
-(`sweep.points`), once no worker measures. Parent side.
+(`sweep.points`, `sweep.processes`), once no worker measures. Parent side.
 
 Hydra's jobs stay what they were (their overrides, presets, launchers and `--cfg`); only who measures them changes.
 On a cluster the group runs in its first job, on one node, so no ratio divides two machines.
@@ -31,7 +31,8 @@ from experiments.measure.stats import summarize
 from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
-from experiments.sweep import interrupts, points, preflight, requeue
+from experiments.sweep import interrupts, preflight, processes, requeue
+from experiments.sweep.points import Points
 
 log = logging.getLogger("nnbench")
 
@@ -122,16 +123,16 @@ class Group:
     """A group's jobs measured paired: their sides and labels, their cells, what each side is compared with (the
     baseline, or along `report.along` the side before it), and what each job's points got."""
 
-    def __init__(self, jobs: list[Job], kept: list[points.Points], directory: Path, caches: list[Path | None],
+    def __init__(self, jobs: list[Job], collectors: list[Points], directory: Path, caches: list[Path | None],
                  peaks: Path | None, overrides: list[str] = ()):
-        self.jobs, self.kept, self.directory, self.overrides = jobs, kept, directory, list(overrides)
-        self.live = [i for i, j in enumerate(jobs) if points.lacks(j) is None]  # the jobs with a worker
+        self.jobs, self.collectors, self.directory, self.overrides = jobs, collectors, directory, list(overrides)
+        self.live = [i for i, j in enumerate(jobs) if processes.lacks(j) is None]  # the jobs with a worker
         live = [jobs[i] for i in self.live]
         self.names = labels(live)
         self.bases = bases(live, jobs[0].config.report)
         self.sides = [warm(pairs.Side.of(j, name, caches[i], peaks)) for i, j, name in zip(self.live, live, self.names)]
         every = [c for j in live for c in pairs.cells_of(j.points)]
-        wanted = {(p.batch_size, op) for k in kept for p in k.job.points for op in p.ops}  # resume may leave some
+        wanted = {(p.batch_size, op) for c in collectors for p in c.job.points for op in p.ops}  # resume may leave some
         self.cells = [c for c in dict.fromkeys(every) if (c.batch_size, c.op) in wanted]
         c = jobs[0].config
         self.threshold, self.alpha, self.target = c.report.threshold, c.report.alpha, c.bench.target_ratio_ci
@@ -162,12 +163,14 @@ class Group:
                    for s in range(len(self.sides))]
         answer = Answer()
         for s, j in enumerate(self.live):
-            kept = self.kept[j]
-            for i, point in enumerate(kept.job.points):
+            collector = self.collectors[j]
+            framework = str(collector.job.config.framework.name)
+            for i, point in enumerate(collector.job.points):
                 mine = [(op, where[cell]) for op in point.ops if (cell := pairs.Cell(point.batch_size, op)) in where]
-                kept.results[i] = results(point, [compared[c] for _, c in mine], s, str(kept.job.config.framework.name))
-                kept.paired[i] = self.paired(s, {op: judged[(s, c)] for op, c in mine if (s, c) in judged}, readies)
-                kept.cut(i, interrupted) if interrupted else kept.measured_all(i)
+                collector.results[i] = results(point, [compared[c] for _, c in mine], s, framework)
+                ops = {op: judged[(s, c)] for op, c in mine if (s, c) in judged}
+                collector.paired[i] = self.paired(s, ops, readies)
+                collector.cut(i, interrupted) if interrupted else collector.measured_all(i)
             answer.cells += [self.evidence(s, c, judged[(s, i)]) for i, c in enumerate(compared)
                              if (s, i) in judged and judged[(s, i)].pairs]
         (self.directory.parent / ANSWER).write_text(answer.to_json())
@@ -273,48 +276,48 @@ def differences(ready: Ready | None, job: Job, base_ready: Ready | None, base: J
     return tuple(out)
 
 
-def measure(members: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, in_launcher: bool) -> list[points.Points]:
+def measure(members: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, in_launcher: bool) -> list[Points]:
     """The group's jobs (each with its dir), measured paired, then profiled (profile=true) and logged: each job's
     points in its collector. Nothing raises but an interrupt, after what was measured is saved and logged."""
-    kept = []
+    collectors = []
     for job, directory in members:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "config.yaml").write_text(yaml.safe_dump(logged(job.config), sort_keys=False))
-        kept.append(points.Points(job, directory, state, sweep, state.machine, in_launcher, ticks=False))
+        collectors.append(Points(job, directory, state, sweep, in_launcher, ticks=False))
     jobs = [job for job, _ in members]
     caches = [state.compile_cache(sweep.directory, job) for job in jobs]
     try:
         if any(job.points for job in jobs):
-            run_group(jobs, kept, members[0][1].parent, caches, sweep.directory / PEAKS, state.overrides)
-        for k, cache in zip(kept, caches):
-            k.spent = points.spent_in(k.results)
-            if k.waiting:
-                profile(k, cache)
+            run_group(jobs, collectors, members[0][1].parent, caches, sweep.directory / PEAKS, state.overrides)
+        for collector, cache in zip(collectors, caches):
+            collector.spent = collector.workers_spent()
+            if collector.waiting:
+                profile(collector, cache)
     finally:
-        for k in kept:
-            k.log_queued()
-    return kept
+        for collector in collectors:
+            collector.log_queued()
+    return collectors
 
 
-def profile(kept: points.Points, cache: Path | None) -> None:
+def profile(collector: Points, cache: Path | None) -> None:
     """One more worker profiles the job's saved points (profile=true), as an unpaired job's does."""
-    measure_one, server = points.measurer(kept.job, kept.job_dir, cache)
+    measure_one, server = processes.measurer(collector.job, collector.job_dir, cache)
     try:
-        points.profile(kept, measure_one)
+        processes.profile(collector, measure_one)
     finally:
         if server is not None:
             server.close()
 
 
-def run_group(jobs: list[Job], kept: list[points.Points], out: Path, caches: list[Path | None],
+def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list[Path | None],
               peaks: Path | None, overrides: list[str] = ()) -> Group:
-    """Measure the group's jobs paired and pass each job's points on to its collector (`kept`): read, judged
-    against the baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point
-    saved as interrupted, then Interrupted is raised; where SLURM runs the job again, nothing is saved (its next
-    run measures the group from the start, as it does the points an unpaired job had in progress)."""
-    group = Group(jobs, kept, out / TRIALS, caches, peaks, overrides)
+    """Measure the group's jobs paired and pass each job's points on to its collector: read, judged against the
+    baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point saved as
+    interrupted, then Interrupted is raised; where SLURM runs the job again, nothing is saved (its next run measures
+    the group from the start, as it does the points an unpaired job had in progress)."""
+    group = Group(jobs, collectors, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
-        points.skip_all(kept[i], points.lacks(jobs[i]))
+        collectors[i].skip_all(processes.lacks(jobs[i]))
     if not group.cells:
         return group
     session = pairs.Session(group.sides, group.cells, design(jobs[0]), group.directory, on_trial=progress(group),
@@ -322,7 +325,7 @@ def run_group(jobs: list[Job], kept: list[points.Points], out: Path, caches: lis
     try:
         session.run(group.settled)
     except interrupts.Interrupted as e:
-        if not (kept[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
+        if not (collectors[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
             group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
         raise
     group.keep(session.compared)
@@ -377,7 +380,7 @@ def progress(group: Group):
     model = records.model_name(group.jobs[0])
 
     def said(c: pairs.Compared, t: pairs.Trial) -> None:
-        tick = group.kept[group.live[0]].tick(len(group.sides))
+        tick = group.collectors[group.live[0]].tick(len(group.sides))
         medians = [f"{group.names[s]} {float(np.median([x for b in turn.bursts for x in b.samples_s])) * 1e3:.4g} ms"
                    for s, turn in enumerate(t.turns) if turn.ok]
         what = f"FAILED: {t.failure}" if t.failure else ", ".join(medians) or "skipped"

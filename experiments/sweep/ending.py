@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, fail, first_line
+from experiments.store import view
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
 from experiments.sweep import cells, interrupts, opening
@@ -70,7 +71,7 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
                   resumed=sum(map(len, state.resumed.values())))
     markers = {d: (d / MARKER).read_text().strip() for d in dirs if (d / MARKER).exists()}
     try:
-        found = tracking.get_runs(state.uri, list(markers.values()))
+        found = tracking.Store(state.uri).get_runs(list(markers.values()))
         out.not_logged = [d for d in dirs if not tracking.is_complete(found.get(markers.get(d)))]
         out.why_not_logged = next((why for r in found.values() if r and (why := tracking.incomplete_reason(r))), None)
     except Exception as e:
@@ -78,15 +79,17 @@ def outcome(sweep: Sweep, state: SweepState) -> Outcome:
     return out
 
 
-def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE, show: bool = False,
+def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEFAULT_BASELINE,
                  wall_s: float | None = None, sweep_dir: Path | None = None) -> tuple[int, list[str]]:
     """The sweep's answer on its parent run (description, metrics, tags, the headline in its name), its report as
     artifacts, then its status; returns the number of point runs and the cells found slower than the baseline,
-    paired. `wall_s`: the sweep's wall time, when it ends now; `sweep_dir`: where the paired trials' evidence is."""
+    paired. `wall_s`: the sweep's wall time, when it ends now (its summary and headline are then printed too);
+    `sweep_dir`: where the paired trials' evidence is."""
     from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
 
-    runs = tracking.children(state.uri, state.experiment_id, state.parent_run_id)
+    store = tracking.Store(state.uri)
+    runs = store.children(state.experiment_id, state.parent_run_id)
     t = tables.tidy(runs)
     evidence = cells.Answer.read_all(sweep_dir) if sweep_dir else []
     c = o.counts
@@ -97,18 +100,17 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
         metrics |= state.machine.metrics()
         tags["machine_noisy"] = str(state.machine.noisy).lower()
     note = f"**{o.line()}**: no point was measured" if t.empty else ""
-    headline = None
     with tempfile.TemporaryDirectory() as tmp:
         if not t.empty:
             headline = answer.headline(t, baseline, evidence)
+            tags |= {tracking.HEADLINE: headline} if headline else {}  # into the run's name too
             written = pages.write(t, Path(tmp), baseline, f"nnbench sweep {state.parent_run_id}", headline)
             metrics |= answer.metrics(t, baseline, evidence) | answer.peak(runs)[0]
             tags |= answer.peak(runs)[1]
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
-            if show:
+            if wall_s is not None:
                 print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
-        tracking.finish_parent(state.uri, state.parent_run_id, Path(tmp), status, note, metrics,
-                               answer.environment(runs) | tags, headline)
+        store.finish_parent(state.parent_run_id, Path(tmp), status, note, metrics, answer.environment(runs) | tags)
     return len(runs), answer.slower(t, baseline) if not t.empty else []
 
 
@@ -116,8 +118,6 @@ def finish(sweep: Sweep, report) -> int:
     """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code (1
     where `report.fail_on_regression` and a variant is slower than the baseline)."""
     baseline = report.baseline
-    from experiments.store import tracking  # mlflow is slow to import: only at the end
-
     state = sweep.read()
     o = outcome(sweep, state)
     cut = o.counts["interrupted"]  # a job interrupted in a launcher's process (SLURM's SIGTERM at a time limit)
@@ -126,11 +126,11 @@ def finish(sweep: Sweep, report) -> int:
     if state.parent_run_id and not problem:
         try:
             status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
-            n, slower = close_parent(state, status, o, baseline, True, time.time() - state.start, sweep.directory)
+            n, slower = close_parent(state, status, o, baseline, time.time() - state.start, sweep.directory)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
-            print(f"the sweep's answer{where}: {tracking.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
-            print(f"runs table{where}: {tracking.run_link(state.experiment_id, state.uri)}")
+            print(f"the sweep's answer{where}: {view.run_link(state.experiment_id, state.uri, state.parent_run_id)}")
+            print(f"runs table{where}: {view.run_link(state.experiment_id, state.uri)}")
         except Exception as e:  # every point is on disk already; upload makes the report later
             why, complete = first_line(e), False
             problem = ("the sweep's report is not in the store either" if why == o.why_not_logged else
@@ -193,7 +193,7 @@ def close_stopped(sweep: Sweep | None, status: str) -> str:
     open_parent = ""
     if state.parent_run_id:
         try:
-            tracking.set_status(state.uri, state.parent_run_id, status)
+            tracking.Store(state.uri).set_status(state.parent_run_id, status)
         except Exception as err:
             open_parent = f"; its parent run could not be closed ({first_line(err)})"
     sweep.end("interrupted" if status == "KILLED" else "stopped")
@@ -208,7 +208,7 @@ def close_sweep(sweep: Sweep, baseline: str) -> str:
     from experiments.store import tracking  # mlflow is slow to import: only at the end
 
     state = sweep.read()
-    parent = tracking.get_runs(state.uri, [state.parent_run_id])[state.parent_run_id]
+    parent = tracking.Store(state.uri).get_runs([state.parent_run_id])[state.parent_run_id]
     if parent is None:
         return f"its parent run {state.parent_run_id} is not in {state.uri}"
     o = outcome(sweep, state)

@@ -23,8 +23,9 @@ from experiments.common.job import Job
 from experiments.common.protocol import PointResult
 from experiments.measure.reading import read
 from experiments.store import records, uris
-from experiments.store.sweepdir import PEAKS, Sweep, SweepState, SweepTaken
-from experiments.sweep import cells, commandline, ending, interrupts, opening, points, preflight, proof, requeue
+from experiments.store.sweepdir import Sweep, SweepState, SweepTaken
+from experiments.sweep import cells, commandline, ending, interrupts, opening, preflight, processes, proof, requeue
+from experiments.sweep.points import TIMES, JobTimes, Points, log_point
 
 log = logging.getLogger("nnbench")
 FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be saved either: stop the sweep
@@ -56,21 +57,12 @@ def run(cfg: DictConfig) -> None:
     try:
         with interrupts.graceful():
             interrupts.checkpoint()
-            kept = measured(this, group, state, sweep, in_launcher)
-        timed(kept, out, time.perf_counter() - start, this.config.profile)
+            collectors = measured(this, group, state, sweep, in_launcher)
+        timed(collectors, out, time.perf_counter() - start, this.config.profile)
     except interrupts.Interrupted as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
-        if requeue.runs_again(e.signum):
-            why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
-            for job, directory in group:
-                fail_the_rest(job, state, directory, f"the SLURM job reached its time limit (hydra.launcher."
-                              f"timeout_min={hc.launcher.get('timeout_min')}) before this point was measured, and "
-                              f"was not requeued ({why}): raise hydra.launcher.timeout_min or "
-                              "hydra.launcher.max_num_timeout")
-            return
-        log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)  # a launcher's
-        return  # process (joblib, submitit, SLURM): the process that runs the sweep counts and closes it
+        return launcher_stopped(e, group, state, out, hc.launcher)
     except OSError as e:
         if e.errno in FATAL:
             raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
@@ -81,21 +73,36 @@ def run(cfg: DictConfig) -> None:
         ending.end(sweep, this.config.report, "run")
 
 
+def launcher_stopped(e: interrupts.Interrupted, group: list[tuple[Job, Path]], state: SweepState, out: Path,
+                     launcher: DictConfig) -> None:
+    """A signal stopped the job in a launcher's process (joblib, submitit, SLURM), where the process that runs the
+    sweep counts and closes it: at a SLURM time limit the job exits to run again, or, not requeued, its points not
+    measured fail with the reason; else one line."""
+    if requeue.runs_again(e.signum):
+        why = requeue.leave(e.signum, out)  # exits where SLURM runs the job again
+        for job, directory in group:
+            fail_the_rest(job, state, directory, f"the SLURM job reached its time limit (hydra.launcher."
+                          f"timeout_min={launcher.get('timeout_min')}) before this point was measured, and "
+                          f"was not requeued ({why}): raise hydra.launcher.timeout_min or "
+                          "hydra.launcher.max_num_timeout")
+        return
+    log.error("job %s interrupted by %s; the points it finished are kept in %s", out, e, out)
+
+
 def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep: Sweep,
-             in_launcher: bool) -> list[points.Points]:
+             in_launcher: bool) -> list[Points]:
     """The job's points, measured with its cell's other variants (paired), or on their own (unpaired): as `members`
     made them, tagged with their model's parity and without what an earlier run of the job saved."""
     if cells.paired(this):
         return cells.measure(group, state, sweep, in_launcher)
     ((job, directory),) = group
-    return [points.run_job(job, directory, state, sweep, sweep.directory / PEAKS,
-                           state.compile_cache(sweep.directory, job), state.machine, in_launcher)]
+    return [processes.run_job(job, directory, state, sweep, state.compile_cache(sweep.directory, job), in_launcher)]
 
 
-def timed(kept: list[points.Points], out: Path, wall_s: float, profile: bool) -> None:
+def timed(collectors: list[Points], out: Path, wall_s: float, profile: bool) -> None:
     """Where the job's time went, in its dir (`nnbench overhead` reads it) and one log line."""
-    times = points.JobTimes.total([k.times(wall_s) for k in kept])
-    (out / points.TIMES).write_text(times.to_json())
+    times = JobTimes.total([c.times(wall_s) for c in collectors])
+    (out / TIMES).write_text(times.to_json())
     profiling = f", {times.profiling_s:.2f} s profiling" if profile else ""
     log.info("job: %.2f s wall, %.2f s measuring%s, %.2f s fixed cost for %d points", times.wall_s,
              times.measuring_s, profiling, times.fixed_s, times.points)
@@ -142,4 +149,4 @@ def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:
         directory = out / "points" / rec.slug
         rec.save(directory)
         log.info("%s: FAILED: %s", rec.run_name, reason)
-        points.log_point(state, rec, directory)
+        log_point(state, rec, directory)

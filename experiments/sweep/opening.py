@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from experiments.common.config import logged
@@ -20,24 +20,44 @@ log = logging.getLogger("nnbench")
 ACTIVE: Sweep | None = None  # the sweep this process opened (what an interrupt closes)
 
 
-def already_done(uri: str, experiment_id: str, job: Job) -> list[int]:
-    """With resume=true, the batch sizes of the job's points that the store holds FINISHED already."""
-    from experiments.store import tracking  # mlflow is slow to import: only once the input is good
+@dataclass(frozen=True)
+class ParentRun:
+    """A sweep's parent run, to start: its name and params, and the run it nests under (a sweep that `versions` or
+    `bisect` started)."""
 
+    name: str
+    params: dict[str, str] = field(default_factory=dict)
+    nest_under: str | None = None
+
+
+def already_done(store, experiment_id: str, job: Job) -> list[int]:
+    """With resume=true, the batch sizes of the job's points that the store (a `tracking.Store`) holds FINISHED
+    already."""
     if not job.config.resume:
         return []
     keys = {records.point_key(job, p): p.batch_size for p in job.points}
-    return sorted(keys[k] for k in tracking.finished_points(uri, experiment_id, set(keys), job.fingerprint))
+    return sorted(keys[k] for k in store.finished_points(experiment_id, set(keys), job.fingerprint))
 
 
-def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: str | None = None,
-               params: dict[str, str] | None = None, nest_under: str | None = None,
+def skip_resumed(store, experiment_id: str, jobs: list[Job] | None) -> tuple[dict[str, list[int]], list[Job] | None]:
+    """With resume=true, per job (by number) the batch sizes the store (a `tracking.Store`) holds FINISHED already,
+    and the jobs without those points."""
+    resumed = {str(i): done for i, j in enumerate(jobs or []) if (done := already_done(store, experiment_id, j))}
+    if resumed:
+        skipped = sum(map(len, resumed.values()))
+        log.info("resume: %d of %d points already have a FINISHED run of the same config and environment in "
+                 "%s; they are skipped", skipped, sum(len(j.points) for j in jobs), store.uri)
+        jobs = [without(j, resumed.get(str(i), [])) for i, j in enumerate(jobs)]
+    return resumed, jobs
+
+
+def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: str, parent: ParentRun | None = None,
                overrides: list[str] | None = None) -> SweepState:
     """Open the store (created once, before any job logs), start the sweep's parent run, write the state.
 
-    `parent`: the parent run's name (with its `params`; nested under the run `nest_under` where given), or None
-    for a single run; `overrides`: the command line's (each paired verdict's repro starts from them). Raises
-    StoreUnavailable or SweepTaken. Runs that earlier sweeps left RUNNING in this store are closed first (see store.repair.close_stale).
+    `parent`: the parent run to start, or None for a single run; `overrides`: the command line's (each paired
+    verdict's repro starts from them). Raises StoreUnavailable or SweepTaken. Runs that earlier sweeps left RUNNING
+    in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
 
@@ -47,14 +67,10 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     if machine is not None:
         log.info("%s", machine.line())
     with interrupts.deferred():  # a signal here must not leave a parent run without a state file
-        exp_id = tracking.open_store(uri, experiment)
-        repair.close_stale(uri, exp_id)
-        resumed = {str(i): done for i, j in enumerate(jobs or []) if (done := already_done(uri, exp_id, j))}
-        if resumed:
-            skipped = sum(map(len, resumed.values()))
-            log.info("resume: %d of %d points already have a FINISHED run of the same config and environment in "
-                     "%s; they are skipped", skipped, sum(len(j.points) for j in jobs), uri)
-            jobs = [without(j, resumed.get(str(i), [])) for i, j in enumerate(jobs)]
+        store = tracking.Store(uri)
+        exp_id = store.open(experiment)
+        repair.close_stale(store, exp_id)
+        resumed, jobs = skip_resumed(store, exp_id, jobs)
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
         measurements = sum(cells.measurements(j) for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
@@ -65,8 +81,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:
-            run_id = tracking.start_parent(uri, exp_id, parent, {**(params or {}), "job_count": n_jobs,
-                                                                  "point_count": points}, nest_under)
+            run_id = store.start_parent(exp_id, parent.name, {**parent.params, "job_count": n_jobs,
+                                                              "point_count": points}, parent.nest_under)
             state = replace(state, parent_run_id=run_id)
             sweep.write(state)
     return state

@@ -1,6 +1,7 @@
-"""A job's points, each through its life in one collector (`Points`): measured by `bench.processes` fresh workers one
-after another, read and saved in its dir after its last process, profiled by one more worker (profile=true) and saved
-again with its profile, then logged, between workers. Parent side."""
+"""A job's points, each through its life in one collector (`Points`): each process's result taken as a worker reports
+it (the unpaired engine's workers, `sweep.processes`, or a paired group's trials, `sweep.cells`), read and saved in
+its dir after its last process, profiled by one more worker (profile=true) and saved again with its profile, then
+logged, between workers. Parent side."""
 from __future__ import annotations
 
 import contextlib
@@ -11,20 +12,13 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import yaml
 
-from experiments.common.config import logged
 from experiments.common.errors import first_line
 from experiments.common.job import Job
-from experiments.common.protocol import Json, OpResult, Point, PointResult, Request
-from experiments.harness import external, manager
-from experiments.measure.backends import Unsupported, validate_side
-from experiments.measure.machine import MachineCheck, prior
+from experiments.common.protocol import Json, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
 from experiments.store import records
@@ -65,8 +59,9 @@ class JobTimes(Json):
 
 
 @dataclass
-class Kept:
-    """A point on its way: its reading, its record as saved in its dir, and the profiling worker's line for it."""
+class Saved:
+    """A point saved in its dir, on its way to be profiled and logged: its reading, its record as saved, and the
+    profiling worker's line for it."""
 
     point: Point
     reading: Reading
@@ -85,22 +80,24 @@ class Points:
       took up to a core (its points read `noisy`, 0.8-1.0 other cores, 56 ms for a 0.6 ms call).
 
     A signal that stopped the worker keeps the point in progress as interrupted and raises once it is saved.
-    `state`: the sweep's store (None: nothing is logged); `machine`: the sweep's machine check, for the hint.
+    `state`: the sweep's store and machine check, for the hint (None: nothing is logged, no hint); `sweep`: its dir,
+    for the progress count and its calibrated peaks.
     """
 
     def __init__(self, job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
-                 machine: MachineCheck | None = None, in_launcher: bool = False, ticks: bool = True):
-        self.job, self.job_dir, self.state, self.sweep, self.machine = job, job_dir, state, sweep, machine
+                 in_launcher: bool = False, ticks: bool = True):
+        self.job, self.job_dir, self.state, self.sweep = job, job_dir, state, sweep
+        self.machine = state.machine if state else None
         self.ticks = ticks  # a finished point counts in the progress (paired: the trials count instead)
         self.in_launcher = in_launcher  # a launcher's process: a job SLURM runs again measures its point then
         self.results: list[list[PointResult]] = [[] for _ in job.points]  # per point, one per process so far
         self.replaced: list[list[Replaced]] = [[] for _ in job.points]  # per point, processes measured again
         self.held: list[int] = []  # points measured by every process, one of them far off: to measure again
         self.again: list[int] = []  # held points still far after this round's worker: for the next one
-        self.waiting: list[Kept] = []  # saved, to be profiled
-        self.queued: list[Kept] = []  # to be logged once the worker has ended
-        self.done: list[Kept] = []  # saved with all they will get, in the order they were passed on
-        self.profiling: list[Kept] = []  # being profiled, in the order the profiling worker reports them
+        self.waiting: list[Saved] = []  # saved, to be profiled
+        self.queued: list[Saved] = []  # to be logged once the worker has ended
+        self.done: list[Saved] = []  # saved with all they will get, in the order they were passed on
+        self.profiling: list[Saved] = []  # being profiled, in the order the profiling worker reports them
         self.paired: dict[int, Paired] = {}  # per point, how it was compared with its cell's baseline (paired)
         self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
         self.profiles = job.config.profile and job.config.framework.name != "external"
@@ -108,6 +105,11 @@ class Points:
     @property
     def records(self) -> list[records.Record]:
         return [k.record for k in self.done]
+
+    @property
+    def peaks(self) -> Path | None:
+        """The sweep's cache of calibrated peaks, MFU's denominator (None: no sweep)."""
+        return self.sweep.directory / PEAKS if self.sweep else None
 
     def take(self, process: int, result: PointResult) -> None:
         """Process `process`'s result for its next point (a worker reports its points in order)."""
@@ -130,13 +132,13 @@ class Points:
         """Point i has all its processes: saved, then profiled or passed on (`result`: its last process's, for the
         progress line while it waits to be profiled)."""
         point = self.job.points[i]
-        kept = self.save(point, self.results[i], replaced=tuple(self.replaced[i]))
-        if self.profiles and kept.record.outcome == "ok":
-            self.waiting.append(kept)  # saved: its timings are final
+        saved = self.save(point, self.results[i], replaced=tuple(self.replaced[i]))
+        if self.profiles and saved.record.outcome == "ok":
+            self.waiting.append(saved)  # saved: its timings are final
             if result is not None:
                 self.measured(point, len(self.results[i]) - 1, result)
             return
-        self.finished(kept)
+        self.finished(saved)
 
     def far(self, i: int) -> list[tuple[int, str]]:
         """Point i's processes to measure again (`stats.to_replace` on each op's process medians, with the cores
@@ -186,6 +188,34 @@ class Points:
             with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
                 self.measured_all(i)
 
+    def held_points(self) -> tuple[Point, ...]:
+        """The held points, as the next load-rule worker measures them again."""
+        return tuple(self.job.points[i] for i in self.held)
+
+    def next_round(self) -> None:
+        """After a load-rule worker: the held points it left saved with the processes they have; those it left still
+        far wait for the next one."""
+        self.release(self.held)
+        self.held, self.again = self.again, []
+
+    def stop_remeasuring(self, e: interrupts.Interrupted) -> None:
+        """A signal stopped a load-rule worker: every held point saved with the processes it has, unprofiled."""
+        self.release(self.held + self.again)
+        self.held, self.again = [], []
+        self.stopped(e)
+
+    def skip_all(self, why: str) -> None:
+        """Every point of the job skipped, with the reason (no worker can run its framework), and logged."""
+        for r in range(self.job.config.bench.processes):
+            for p in self.job.points:
+                self.take(r, PointResult(p.batch_size, ops={op: OpResult("skipped", reason=why) for op in p.ops}))
+        self.log_queued()
+
+    def failed(self, process: int, reason: str) -> None:
+        """A harness fault (its traceback, `reason`) stopped process `process`: the points it had left fail."""
+        for p in [p for p, got in zip(self.job.points, self.results) if len(got) == process]:
+            self.take(process, PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
+
     def measured(self, point: Point, process: int, result: PointResult) -> None:
         what = f"FAILED: {result.failure}" if result.failure else "measured"
         n = self.job.config.bench.processes
@@ -193,11 +223,10 @@ class Points:
         interrupts.checkpoint()  # a point's record comes after its last process
 
     def save(self, point: Point, results: list[PointResult], interrupted: str | None = None,
-             replaced: tuple[Replaced, ...] = ()) -> Kept:
+             replaced: tuple[Replaced, ...] = ()) -> Saved:
         """The point's reading and record, saved in its dir."""
         try:
-            peaks = self.sweep.directory / PEAKS if self.sweep else None
-            reading = read(point, results, self.machine, replaced, peaks, records.run_name(self.job, point))
+            reading = read(point, results, self.machine, replaced, self.peaks, records.run_name(self.job, point))
         except Exception:  # a harness bug fails this point, not the sweep
             failed = PointResult(point.batch_size, failure="harness error", stderr_tail=traceback.format_exc())
             reading = read(point, [failed])
@@ -206,9 +235,9 @@ class Points:
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
             rec = records.without_profile(rec, "unavailable", EXTERNAL)
-        kept = Kept(point, reading, rec, self.job_dir / "points" / rec.slug)
-        rec.save(kept.directory)
-        return kept
+        saved = Saved(point, reading, rec, self.job_dir / "points" / rec.slug)
+        rec.save(saved.directory)
+        return saved
 
     def interrupted(self, point: Point, results: list[PointResult]) -> None:
         """The point the worker was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
@@ -216,59 +245,71 @@ class Points:
         if self.in_launcher and requeue.runs_again(signum):  # left to the job's next run, not recorded
             log.info("%s: left to the job's next run", records.run_name(self.job, point))  # no tick: not measured
             raise interrupts.Interrupted(signum)
-        kept = self.save(point, results, f"interrupted by {signal.Signals(signum).name} while this point was measuring")
-        log.info("%s %s: INTERRUPTED (%s)", self.tick(), kept.record.run_name, kept.reading.interrupted)
-        self.queued.append(kept)
+        why = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
+        saved = self.save(point, results, why)
+        log.info("%s %s: INTERRUPTED (%s)", self.tick(), saved.record.run_name, saved.reading.interrupted)
+        self.queued.append(saved)
         raise interrupts.Interrupted(signum)
 
     def cut(self, i: int, why: str) -> None:
         """Point i as its processes so far measured it, saved as interrupted (KILLED) and queued to be logged."""
-        kept = self.save(self.job.points[i], self.results[i], why)
-        log.info("%s %s: INTERRUPTED (%s)", self.tick(0), kept.record.run_name, why)
-        self.queued.append(kept)
+        saved = self.save(self.job.points[i], self.results[i], why)
+        log.info("%s %s: INTERRUPTED (%s)", self.tick(0), saved.record.run_name, why)
+        self.queued.append(saved)
 
-    def finished(self, kept: Kept, ticks: int | None = None) -> None:
+    def finished(self, saved: Saved, ticks: int | None = None) -> None:
         """Its console line, `ticks` measurements on (default: one where a finished point counts); then it waits to
         be logged."""
-        log.info("%s %s: %s", self.tick(int(self.ticks) if ticks is None else ticks), kept.record.run_name,
-                 summary(kept))
-        self.done.append(kept)
-        self.queued.append(kept)
+        log.info("%s %s: %s", self.tick(int(self.ticks) if ticks is None else ticks), saved.record.run_name,
+                 console.point_line(saved.reading, saved.record.tags, saved.profile))
+        self.done.append(saved)
+        self.queued.append(saved)
         interrupts.checkpoint()
 
-    def unprofiled(self, kept: Kept, status: str, why: str) -> None:
+    def unprofiled(self, saved: Saved, status: str, why: str) -> None:
         """A point that keeps its timings without a profile (failed or interrupted); saved and passed on."""
-        kept.record = records.without_profile(kept.record, status, why)
-        kept.record.save(kept.directory)
+        saved.record = records.without_profile(saved.record, status, why)
+        saved.record.save(saved.directory)
         with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
-            self.finished(kept)
+            self.finished(saved)
+
+    def to_profile(self) -> tuple[Point, ...]:
+        """The saved points handed to the profiling worker, each with the ops it measured."""
+        self.profiling, self.waiting = self.waiting, []
+        return tuple(Point(k.point.batch_size, tuple(k.reading.ops)) for k in self.profiling)
+
+    def profiling_failed(self, reason: str) -> None:
+        """A harness fault (its traceback, `reason`) stopped the profiling worker: the points it had left keep their
+        timings, their profile failed."""
+        for k in list(self.profiling):
+            self.profiled(PointResult(k.point.batch_size, failure="harness error", stderr_tail=reason))
 
     def profiled(self, result: PointResult) -> None:
         """The profiling worker's line for its next point: the point's record again, with the profile; after a signal
         stopped it, this point and the rest keep their timings, unprofiled."""
-        kept = self.profiling.pop(0)
+        saved = self.profiling.pop(0)
         if result.failure is not None and (signum := interrupts.pending()):
-            for rest in [kept, *self.profiling]:
+            for rest in [saved, *self.profiling]:
                 self.unprofiled(rest, "interrupted", f"interrupted by {signal.Signals(signum).name} before it was "
                                 "profiled")
             self.profiling = []
             raise interrupts.Interrupted(signum)
-        files = self.job_dir / "process-profile" / "files" / f"bs{kept.point.batch_size}"
+        files = self.job_dir / "process-profile" / "files" / f"bs{saved.point.batch_size}"
         try:
-            kept.record = records.add_profile(kept.record, kept.reading, result, files, kept.directory)
-            kept.profile = result if result.failure is None else None
+            saved.record = records.add_profile(saved.record, saved.reading, result, files, saved.directory)
+            saved.profile = result if result.failure is None else None
         except Exception:  # a harness bug fails this profile, not the point
-            kept.record = records.without_profile(kept.record, "failed", f"harness error\n{traceback.format_exc()}")
-        kept.record.save(kept.directory)
-        self.finished(kept, 1)  # the profiling worker's measurement, paired too (`measurements` counts it)
+            saved.record = records.without_profile(saved.record, "failed", f"harness error\n{traceback.format_exc()}")
+        saved.record.save(saved.directory)
+        self.finished(saved, 1)  # the profiling worker's measurement, paired too (`measurements` counts it)
 
     def log_queued(self) -> None:
         """Log what the last worker finished (the samples plot, then the run), now that no worker measures."""
         t = time.perf_counter()
         while self.queued:
-            kept = self.queued.pop(0)
+            saved = self.queued.pop(0)
             if self.state is not None:
-                log_point(self.state, kept.record, kept.directory)
+                log_point(self.state, saved.record, saved.directory)
         self.logging_s += time.perf_counter() - t
 
     def tick(self, n: int = 1) -> str:
@@ -278,171 +319,18 @@ class Points:
         except OSError:
             return "[?]"
 
+    def workers_spent(self) -> dict[str, float]:
+        """Where the workers' time went (JobTimes' fields), over every process of every point."""
+        ms = [o.measurement for per_point in self.results for r in per_point for o in r.ops.values() if o.measurement]
+        return {"op_points": len(ms), "startup_s": sum(r.startup_s or 0 for p in self.results for r in p),
+                "first_calls_s": sum(m.first_call_s for m in ms if not math.isnan(m.first_call_s)),  # NaN: a runner's
+                "warmup_s": sum(m.warmup_s for m in ms), "sampling_s": sum(m.sampling_s for m in ms)}
+
     def times(self, wall_s: float) -> JobTimes:
         ops = [o for k in self.done for o in k.reading.ops.values()]
         profiled = [r.profile for k in self.done if k.profile for r in k.profile.ops.values() if r.profile]
         return JobTimes(wall_s, sum(m.elapsed_s for o in ops for m in o.measurements), len(self.done),
                         profiling_s=sum(p.elapsed_s for p in profiled), logging_s=self.logging_s, **self.spent)
-
-
-def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Sweep | None = None,
-            peaks: Path | None = None, cache: Path | None = None, machine: MachineCheck | None = None,
-            in_launcher: bool = False) -> Points:
-    """Measure every point of the job in `bench.processes` fresh workers, one after another; each worker measures
-    every point, so a point's processes are interleaved with the other points'. Faults become failed records;
-    nothing raises but an interrupt.
-
-    `cache`: the sweep's compile cache for this job's environment (None: none). Workers are forked by one fork
-    server per job (runtime.start=fork) or spawned. Each process stops sampling an op once more samples cannot
-    narrow its re-run interval: its CI is a fraction of the spread between the processes so far (`between`), or of
-    a prior before two processes have measured: bench.between_prior, or the `machine` check's drift if larger.
-    With profile=true one more worker then profiles the saved points: never while a point is timed.
-    """
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "config.yaml").write_text(yaml.safe_dump(logged(job.config), sort_keys=False))
-    kept = Points(job, job_dir, state, sweep, machine, in_launcher)
-    if not job.points:  # resume=true found them all in the store
-        return kept
-    if (why := lacks(job)) is not None:  # no worker to start: every point is skipped, with the reason
-        skip_all(kept, why)
-        return kept
-    t0 = time.perf_counter()
-    measure, server = measurer(job, job_dir, cache)
-    spent = {"server_s": time.perf_counter() - t0}
-    try:
-        for r in range(job.config.bench.processes):
-            spread = between(kept.results, {op for p in job.points for op in p.ops},
-                             prior(machine, job.config.bench.between_prior))
-            measure_process(kept, r, job.request(peaks and peaks.resolve(), spread), measure)
-        remeasure(kept, job.request(peaks and peaks.resolve(), spread), measure)
-        if kept.waiting:
-            try:
-                profile(kept, measure)
-            finally:
-                kept.log_queued()
-    finally:
-        if server is not None:
-            server.close()
-        kept.spent = spent | spent_in(kept.results)
-    return kept
-
-
-def skip_all(kept: Points, why: str) -> None:
-    """Every point of the job skipped, with the reason (no worker can run its framework), and logged."""
-    for r in range(kept.job.config.bench.processes):
-        for p in kept.job.points:
-            kept.take(r, PointResult(p.batch_size, ops={op: OpResult("skipped", reason=why) for op in p.ops}))
-    kept.log_queued()
-
-
-def lacks(job: Job) -> str | None:
-    """Why none of the job's points can run in its framework (a user's network without that framework's module),
-    in the words a worker would use; None: they can."""
-    try:
-        validate_side(job.spec, str(job.config.framework.name))
-    except Unsupported as e:
-        return str(e)
-    return None
-
-
-def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, manager.ForkServer | None]:
-    """How the job's workers are run: a runner in any language in their place, or nnbench's own, forked by the job's
-    fork server (runtime.start=fork, when it can start) or spawned; and that server."""
-    c = job.config
-    if c.framework.name == "external":
-        return partial(external.run, template=c.external.command, name=c.external.name, python=job.python), None
-    server = None
-    if c.runtime.start == "fork":
-        try:
-            environ = manager.environ(str(c.runtime.allocator), cache)
-            server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
-        except manager.ServerUnavailable as e:
-            log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
-    return partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
-                   server=server), server
-
-
-def spent_in(results: list[list[PointResult]]) -> dict[str, float]:
-    """Where the workers' time went (JobTimes' fields), over every process of every point."""
-    ms = [o.measurement for per_point in results for r in per_point for o in r.ops.values() if o.measurement]
-    return {"op_points": len(ms), "startup_s": sum(r.startup_s or 0 for p in results for r in p),
-            "first_calls_s": sum(m.first_call_s for m in ms if not math.isnan(m.first_call_s)),  # NaN: a runner's
-            "warmup_s": sum(m.warmup_s for m in ms), "sampling_s": sum(m.sampling_s for m in ms)}
-
-
-def between(results: list[list[PointResult]], ops: set[str], prior: float) -> dict[str, float]:
-    """Per op, the spread between processes so far: the median over the job's points of the SD of the log of
-    their process medians, where some point has two; else `prior`."""
-    spreads: dict[str, list[float]] = {op: [] for op in ops}
-    for per_point in results:
-        for op in ops:
-            medians = [float(np.median(r.ops[op].measurement.samples_s)) for r in per_point
-                       if op in r.ops and r.ops[op].status == "ok"]
-            if len(medians) >= 2:
-                spreads[op].append(float(np.std(np.log(medians), ddof=1)))
-    return {op: float(np.median(sds)) if sds else prior for op, sds in spreads.items()}
-
-
-def measure_process(kept: Points, r: int, request: Request, measure: Callable) -> None:
-    """Process r of every point of the job: one worker measures them all, in order; then what it finished is
-    logged. A harness fault fails the points it had left; an interrupt keeps the points measured to the end."""
-    try:
-        measure(request, kept.job_dir / f"process-{r}", kept.job.config.bench.timeout_s,
-                on_result=partial(kept.take, r))
-    except Exception:  # a harness bug must not stop the sweep either
-        reason = traceback.format_exc()
-        for p in [p for p, got in zip(kept.job.points, kept.results) if len(got) == r]:
-            kept.take(r, PointResult(p.batch_size, failure="harness error", stderr_tail=reason))
-    except interrupts.Interrupted as e:  # the points measured to the end keep their timings, unprofiled
-        kept.stopped(e)
-        raise
-    finally:
-        kept.log_queued()
-
-
-def remeasure(kept: Points, request: Request, measure: Callable) -> None:
-    """The load rule: at most `bench.remeasure` more workers, one after another, each measuring the held points once
-    more (`Points.retake`): a process read far off its siblings while other programs used the CPU is measured again.
-    A point a worker left, or still far after the last one, keeps the processes it has."""
-    bench = kept.job.config.bench
-    for k in range(bench.remeasure):
-        if not kept.held:
-            return
-        points = tuple(kept.job.points[i] for i in kept.held)
-        try:
-            measure(dataclasses.replace(request, points=points), kept.job_dir / f"process-{bench.processes + k}",
-                    bench.timeout_s, on_result=partial(kept.retake, last=k == bench.remeasure - 1))
-        except Exception:  # a harness bug must not stop the sweep either: the points keep what they have
-            log.error("measuring far processes again failed: %s", traceback.format_exc().splitlines()[-1])
-        except interrupts.Interrupted as e:  # every point keeps what it has, unprofiled
-            kept.release(kept.held + kept.again)
-            kept.held, kept.again = [], []
-            kept.stopped(e)
-            raise
-        finally:
-            kept.release(kept.held)  # the points this worker left
-            kept.log_queued()
-        kept.held, kept.again = kept.again, []
-
-
-def profile(kept: Points, measure: Callable) -> None:
-    """One more worker profiles the saved points (their measured ops). A fault in the profiling fails the profile,
-    never the point; an interrupt keeps every point with the timings it has."""
-    out = kept.job_dir / "process-profile"
-    kept.profiling, kept.waiting = kept.waiting, []
-    request = dataclasses.replace(kept.job.request(), profile_dir=str(out / "files"),
-                                  points=tuple(Point(k.point.batch_size, tuple(k.reading.ops)) for k in kept.profiling))
-    try:
-        measure(request, out, kept.job.config.bench.timeout_s, on_result=kept.profiled)
-    except Exception:  # a harness bug must not stop the sweep either
-        reason = traceback.format_exc()
-        for k in list(kept.profiling):
-            kept.profiled(PointResult(k.point.batch_size, failure="harness error", stderr_tail=reason))
-
-
-def summary(kept: Kept) -> str:
-    """One readable line per point for the console (`console.point_line`)."""
-    return console.point_line(kept.reading, kept.record.tags, kept.profile)
 
 
 def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
@@ -456,8 +344,8 @@ def log_point(state: SweepState, rec: records.Record, directory: Path) -> None:
     except Exception as e:  # a plot must not cost the run
         log.error("could not draw the samples of %s (%s)", rec.run_name, first_line(e))
     try:
-        tracking.log_record(state.uri, state.experiment_id, rec, directory, state.parent_run_id,
-                            on_created=(directory / MARKER).write_text)
+        tracking.Store(state.uri).log_record(state.experiment_id, rec, directory, state.parent_run_id,
+                                             on_created=(directory / MARKER).write_text)
     except Exception as e:  # the record is on disk already; the sweep goes on
         log.error("could not log %s to %s (%s); it is kept in %s: log it later with `nnbench upload %s`",
                   rec.run_name, state.uri, first_line(e), directory, directory)

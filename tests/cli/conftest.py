@@ -24,7 +24,7 @@ def paired_store(tmp_path_factory):
     from experiments.store import tracking
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
-    tracking.open_store(uri, "nnbench")
+    tracking.Store(uri).open("nnbench")
     return uri
 
 

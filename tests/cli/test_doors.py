@@ -29,7 +29,7 @@ def log_point(uri, exp_id, parent, version, median, batch, rng, tmp):
     rec = records.build(Job(TORCH, None, (point,)), read(point, results))
     where = tmp / f"{version}-{batch}"
     rec.save(where)
-    tracking.log_record(uri, exp_id, rec, where, parent)
+    tracking.Store(uri).log_record(exp_id, rec, where, parent)
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +41,13 @@ def store(tmp_path_factory):
     (tmp / "junk.db").write_bytes(b"not a database" * 100)
     (tmp / "lines.txt").write_text("TIMING\tJAX\tlenet\t32\t0.001\n")
     uri = f"sqlite:///{tmp}/mlruns/mlflow.db"
-    exp = tracking.prepare_store(uri, "nnbench")
+    exp = tracking.Store(uri).prepare("nnbench")
     rng, sweeps = np.random.default_rng(0), []
     for version, median in (("2.12.0", 1e-3), ("2.13.0", 1.3e-3)):
-        sweeps.append(tracking.start_parent(uri, exp, f"sweep {version}", {}))
+        sweeps.append(tracking.Store(uri).start_parent(exp, f"sweep {version}", {}))
         for batch in (32, 128):
             log_point(uri, exp, sweeps[-1], version, median * batch / 32, batch, rng, tmp)
-        tracking.set_status(uri, sweeps[-1], "FINISHED")
+        tracking.Store(uri).set_status(sweeps[-1], "FINISHED")
     return tmp, uri, sweeps
 
 

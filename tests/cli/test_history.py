@@ -24,7 +24,7 @@ def log_point(uri, exp_id, version, median, rng, tmp, processes=5):
         results.append(PointResult(32, "cpu", {"torch_version": version}, {"inference": op}))
     rec = records.build(Job(TORCH, None, (point,)), read(point, results))
     rec.save(tmp / version)
-    tracking.log_record(uri, exp_id, rec, tmp / version)
+    tracking.Store(uri).log_record(exp_id, rec, tmp / version)
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def store(tmp_path):
     """torch 2.11.0, 2.12.0, 2.13.0 at 1.00 ms; a fourth version's level is up to each test."""
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     (tmp_path / "mlruns").mkdir()
-    exp = tracking.prepare_store(uri, "nnbench")
+    exp = tracking.Store(uri).prepare("nnbench")
     rng = np.random.default_rng(0)
     for v in ("2.11.0", "2.12.0", "2.13.0"):
         log_point(uri, exp, v, 1.0e-3, rng, tmp_path)

@@ -12,7 +12,7 @@ def make_store(tmp_path):
     from experiments.store import tracking
 
     uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
-    return uri, tracking.open_store(uri, "nnbench")
+    return uri, tracking.Store(uri).open("nnbench")
 
 
 def test_no_store_is_one_line(tmp_path, capsys):

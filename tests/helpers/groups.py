@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.common.job import Job
-from experiments.sweep import cells, points
+from experiments.sweep import cells
+from experiments.sweep.points import Points
 
 
-def measured_together(jobs: list[Job], directory: Path, caches: list[Path | None] | None = None) -> list[points.Points]:
+def measured_together(jobs: list[Job], directory: Path, caches: list[Path | None] | None = None) -> list[Points]:
     """The jobs (one group: they differ only in variant keys) measured paired; each job's collector, its `records`
     saved, none logged."""
-    kept = [points.Points(job, directory / f"job-{i}", ticks=False) for i, job in enumerate(jobs)]
-    cells.run_group(jobs, kept, directory, caches or [None] * len(jobs), None)
-    return kept
+    collectors = [Points(job, directory / f"job-{i}", ticks=False) for i, job in enumerate(jobs)]
+    cells.run_group(jobs, collectors, directory, caches or [None] * len(jobs), None)
+    return collectors

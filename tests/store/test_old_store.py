@@ -45,7 +45,7 @@ def store(tmp_path_factory):
 
 
 def point_runs(uri: str) -> pd.DataFrame:
-    df = tracking.search(uri, "nnbench")
+    df = tracking.Store(uri).search("nnbench")
     return df[df["params.model"].notna()]
 
 

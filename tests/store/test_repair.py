@@ -15,7 +15,7 @@ from tests.helpers.groups import measured_together
 @pytest.fixture
 def store(tmp_path):
     uri = f"sqlite:///{tmp_path}/store.db"
-    return uri, tracking.open_store(uri, "nnbench")
+    return uri, tracking.Store(uri).open("nnbench")
 
 
 def point_runs(uri: str, exp: str):
@@ -31,7 +31,7 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
     jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "ops=[inference]", "bench=quick",
                                                    f"runtime.python={fake_python}"))) for fw in ("jax", "torch")]
     measured_together(jobs, tmp_path / "sweep" / "0")  # a paired group, its jobs' points under its leader's dir
-    parent = tracking.start_parent(uri, exp, "sweep", {})
+    parent = tracking.Store(uri).start_parent(exp, "sweep", {})
     sweep = Sweep(tmp_path / "sweep")
     sweep.write(SweepState(uri, exp, parent, 2, 8, 0.0, ended="incomplete"))
     d = sweep.point_dirs()
@@ -44,7 +44,7 @@ def test_upload_completes_half_logged_runs_and_logs_each_point_once(tmp_path, st
     half = created(d[0])
     (d[0] / MARKER).write_text(half)  # the marker was written, the store failed before the run was filled
     orphan = created(d[1])  # the store failed even before the marker could be written
-    tracking.log_record(uri, exp, Record.load(d[2]), d[2], parent, on_created=(d[2] / MARKER).write_text)
+    tracking.Store(uri).log_record(exp, Record.load(d[2]), d[2], parent, on_created=(d[2] / MARKER).write_text)
 
     assert cli.main(["upload", str(tmp_path / "sweep")]) == 0
     runs = point_runs(uri, exp)
@@ -65,7 +65,7 @@ def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(
     left: dict[str, tuple[str, str]] = {}
     for name, ended in (("dead", "interrupted"), ("alive", None)):
         sweep = Sweep(tmp_path / name)
-        parent = tracking.start_parent(uri, exp, name, {"sweep_dir": str(sweep.directory)})
+        parent = tracking.Store(uri).start_parent(exp, name, {"sweep_dir": str(sweep.directory)})
         state = SweepState(uri, exp, parent, 1, 1, 0.0, ended=ended)
         if ended is None:
             sweep.start(state)  # this process holds its lock, as a running sweep's does
@@ -75,7 +75,7 @@ def test_next_sweep_closes_runs_a_dead_sweep_left_running_and_spares_a_live_one(
         point = client.create_run(exp, tags={tracking.POINT_DIR: str(sweep.directory / "0" / "points" / "p"),
                                              "mlflow.parentRunId": parent}).info.run_id
         left[name] = parent, point
-    repair.close_stale(uri, exp)
+    repair.close_stale(tracking.Store(uri), exp)
     parent, point = left["dead"]
     assert client.get_run(parent).info.status == "KILLED"
     assert client.get_run(point).info.status == "FAILED" and tracking.INCOMPLETE in client.get_run(point).data.tags

@@ -20,8 +20,8 @@ def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_
                                                    f"runtime.python={fake_python}"))) for fw in ("jax", "torch")]
     recs = [r for k in measured_together(jobs, tmp_path / "multirun" / "0") for r in k.records]  # not logged
     uri = f"sqlite:///{tmp_path}/store.db"
-    exp = tracking.prepare_store(uri, "nnbench")
-    parent = tracking.start_parent(uri, exp, "sweep", {})
+    exp = tracking.Store(uri).prepare("nnbench")
+    parent = tracking.Store(uri).start_parent(exp, "sweep", {})
     Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 2, 8, 0.0, ended="finished"))  # as a sweep leaves it
     assert cli.main(["upload", str(tmp_path / "multirun"), "--uri", uri]) == 0
     mlflow.set_tracking_uri(uri)

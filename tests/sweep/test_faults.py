@@ -262,7 +262,7 @@ def test_concurrent_sweeps_into_a_new_store_lose_and_cross_nothing(tmp_path, fak
     assert_once_each_and_closed(uri, sizes)
     df = runs(uri)
     for run_id, bs in zip(df["run_id"], df["params.batch_size"].astype(int)):
-        samples = tracking.load_samples(uri, run_id)["inference"]["samples_s"]  # as logged, not just the metric
+        samples = tracking.Store(uri).load_samples(run_id)["inference"]["samples_s"]  # as logged, not just the metric
         assert samples and all(s == pytest.approx(bs * 1e-4) for s in samples)
     parents = runs(uri, parents=True)
     assert len(parents) == 4 and set(parents["status"]) == {"FINISHED"}

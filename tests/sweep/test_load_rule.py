@@ -12,7 +12,9 @@ import models
 from experiments.common.job import Job
 from experiments.common.protocol import OpResult, Point, PointResult
 from experiments.measure.reading import ESTIMATES
-from experiments.sweep.points import Points, measure_process, remeasure
+from experiments.sweep import console
+from experiments.sweep.points import Points
+from experiments.sweep.processes import measure_process, remeasure
 from tests.helpers import config, ok_op
 
 POINT = Point(32, ("inference",))
@@ -42,19 +44,19 @@ class Workers:
 
 
 def measured(j: Job, tmp_path, script: list[PointResult]) -> tuple[Points, Workers]:
-    kept, workers = Points(j, tmp_path), Workers(script)
+    collector, workers = Points(j, tmp_path), Workers(script)
     for r in range(j.config.bench.processes):
-        measure_process(kept, r, j.request(), workers)
-    remeasure(kept, j.request(), workers)
-    return kept, workers
+        measure_process(collector, r, j.request(), workers)
+    remeasure(collector, j.request(), workers)
+    return collector, workers
 
 
 def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its_reason(tmp_path, caplog):
     caplog.set_level(logging.INFO, "nnbench")
-    kept, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95),
+    collector, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95),
                                                result(1.05), result(1.02)])
     assert len(workers.requests) == 6 and workers.requests[-1].points == (POINT,)  # one more worker, for this point
-    (k,) = kept.done
+    (k,) = collector.done
     (x,) = k.reading.replaced
     assert x.process == 3 and "88 ms" in x.reason and "1.00 cores" in x.reason
     s = k.reading.ops["inference"].stats
@@ -69,19 +71,19 @@ def test_a_far_process_beside_a_busy_program_is_measured_again_and_kept_with_its
 
 
 def test_a_far_process_on_a_quiet_machine_is_its_drift_and_stays(tmp_path):
-    kept, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(3.0), result(0.95), result(1.05)])
+    collector, workers = measured(job(), tmp_path, [result(1.0), result(1.1), result(3.0), result(0.95), result(1.05)])
     assert len(workers.requests) == 5
-    (k,) = kept.done
+    (k,) = collector.done
     assert k.reading.replaced == () and "remeasured" not in k.record.tags
     assert k.reading.ops["inference"].stats.process_spread > 3
 
 
 def test_the_rule_is_bounded_and_a_point_ten_times_apart_gets_no_number(tmp_path):
     far = [result(60.0, busy=1.0) for _ in range(3)]
-    kept, workers = measured(job("bench.remeasure=2"), tmp_path,
+    collector, workers = measured(job("bench.remeasure=2"), tmp_path,
                              [result(1.0), result(1.1), *far[:1], result(0.95), result(1.05), *far[1:]])
     assert len(workers.requests) == 7  # the two extra workers, no more
-    (k,) = kept.done
+    (k,) = collector.done
     assert [x.process for x in k.reading.replaced] == [3, 3]
     assert "inference" not in k.reading.ops and "disagree 63× (0.95 ms to 60 ms)" in k.reading.unmeasured["inference"].reason
     assert k.record.outcome == "ok" and not {f"inference_{m}" for m in ESTIMATES} & set(k.record.metrics)
@@ -91,16 +93,16 @@ def test_the_rule_is_bounded_and_a_point_ten_times_apart_gets_no_number(tmp_path
 
 
 def test_no_extra_worker_with_remeasure_0(tmp_path):
-    kept, workers = measured(job("bench.remeasure=0"), tmp_path,
+    collector, workers = measured(job("bench.remeasure=0"), tmp_path,
                              [result(1.0), result(1.1), result(88.0, busy=1.0), result(0.95), result(1.05)])
-    assert len(workers.requests) == 5 and kept.done[0].reading.replaced == ()
+    assert len(workers.requests) == 5 and collector.done[0].reading.replaced == ()
 
 
 def test_a_failed_extra_worker_leaves_the_point_as_it_was(tmp_path):
     failed = PointResult(32, failure="worker crashed")
-    kept, _ = measured(job(), tmp_path, [result(1.0), result(1.1), result(5.0, busy=1.0), result(0.95),
+    collector, _ = measured(job(), tmp_path, [result(1.0), result(1.1), result(5.0, busy=1.0), result(0.95),
                                          result(1.05), failed])
-    (k,) = kept.done
+    (k,) = collector.done
     assert k.reading.failure is None and k.reading.replaced == ()
     assert k.reading.ops["inference"].stats.process_spread > 4  # the far process stays: nothing replaced it
 
@@ -109,16 +111,16 @@ def test_a_failed_extra_worker_leaves_the_point_as_it_was(tmp_path):
 def test_oversubscribed_threads_are_flagged_with_the_setting(tmp_path, processes):
     why = "2 intra-op threads on 2 cores while other processes used 1.00 of the machine's 2: set torch's threads to 1"
     script = [result(1.0, busy=1.0, oversubscribed=why)] + [result(1.0) for _ in range(processes - 1)]
-    kept, _ = measured(job(f"bench.processes={processes}"), tmp_path, script)
-    (k,) = kept.done
+    collector, _ = measured(job(f"bench.processes={processes}"), tmp_path, script)
+    (k,) = collector.done
     assert k.record.tags["oversubscribed"] == "true" and why in k.record.tags["oversubscribed_inference"]
     assert (f"in 1 of {processes} processes" in k.record.tags["oversubscribed_inference"]) == (processes > 1)
 
 
 def test_skipped_ops_are_not_judged(tmp_path):
     skipped = PointResult(32, "cpu", {}, {"inference": OpResult("skipped", reason="no such op")})
-    kept, workers = measured(job("bench.processes=2"), tmp_path, [skipped, skipped])
-    assert len(workers.requests) == 2 and kept.done[0].record.outcome == "skipped"
+    collector, workers = measured(job("bench.processes=2"), tmp_path, [skipped, skipped])
+    assert len(workers.requests) == 2 and collector.done[0].record.outcome == "skipped"
 
 
 def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_had(tmp_path, monkeypatch):
@@ -133,19 +135,19 @@ def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_ha
             super().__call__(request, directory, timeout_s, on_result)
 
     j, workers = job(), Stopped([result(1.0), result(1.1), result(5.0, busy=1.0), result(0.95), result(1.05)])
-    kept = Points(j, tmp_path)
+    collector = Points(j, tmp_path)
     for r in range(5):
-        measure_process(kept, r, j.request(), workers)
+        measure_process(collector, r, j.request(), workers)
     with pytest.raises(interrupts.Interrupted):
-        remeasure(kept, j.request(), workers)
-    (k,) = kept.done
+        remeasure(collector, j.request(), workers)
+    (k,) = collector.done
     assert k.record.outcome == "ok" and len(k.reading.ops["inference"].measurements) == 5
-    assert (k.directory / "samples.json").exists() and kept.held == []
+    assert (k.directory / "samples.json").exists() and collector.held == []
 
 
 def test_the_console_line_says_which_process_was_measured_again_and_how_often(tmp_path):
-    from experiments.sweep.points import summary
-
     far = [result(5.0, busy=1.0) for _ in range(3)]
-    kept, _ = measured(job(), tmp_path, [result(1.0), result(1.1), far[0], result(0.95), result(1.05), *far[1:]])
-    assert "REMEASURED process 3 (2 times): read far off while other programs ran" in summary(kept.done[0])
+    collector, _ = measured(job(), tmp_path, [result(1.0), result(1.1), far[0], result(0.95), result(1.05), *far[1:]])
+    (k,) = collector.done
+    line = console.point_line(k.reading, k.record.tags, k.profile)
+    assert "REMEASURED process 3 (2 times): read far off while other programs ran" in line

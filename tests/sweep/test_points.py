@@ -7,7 +7,7 @@ from experiments.common.protocol import Burst, OpResult, Point, PointResult, Pre
 from experiments.harness.pairs import Cell, Compared, Trial, Turn
 from experiments.measure.reading import read
 from experiments.sweep import cells
-from experiments.sweep.points import between
+from experiments.sweep.processes import between
 from tests.helpers import ok_op
 
 

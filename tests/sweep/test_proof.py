@@ -10,7 +10,7 @@ import pytest
 import models
 from experiments.common.protocol import Point
 from experiments.store import records
-from experiments.sweep import points, preflight, proof
+from experiments.sweep import preflight, processes, proof
 from tests.helpers.groups import measured_together
 from tests.models.test_network import CONV, MLP
 
@@ -59,13 +59,14 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
     jax_job = proof.tagged(job(make_cfg, nets, "conv.py", "framework=jax", "+model.torch_only=true"), tmp_path)
     assert jax_job.tags["parity"] == "unchecked" and "only torch is declared" in jax_job.tags["parity_reason"]
     assert jax_job.tags["flops_source"] == "declared" and jax_job.flops == {}  # conv.py counts its own
-    assert points.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
-    (kept,) = measured_together([jax_job], tmp_path)  # no worker starts: every point skipped, with the reason
+    assert processes.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
+    (collector,) = measured_together([jax_job], tmp_path)  # no worker starts: every point skipped, with the reason
     assert not (tmp_path / "trials").exists()
-    assert {k.record.outcome for k in kept.done} == {"skipped"} and len(kept.done) == len(jax_job.points)
-    assert kept.done[0].record.tags["skip_reason_inference"] == points.lacks(jax_job)
-    assert kept.done[0].record.tags["parity"] == "unchecked" and kept.done[0].record.run_name.startswith("conv · ")
-    assert points.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
+    assert {k.record.outcome for k in collector.done} == {"skipped"} and len(collector.done) == len(jax_job.points)
+    assert collector.done[0].record.tags["skip_reason_inference"] == processes.lacks(jax_job)
+    first = collector.done[0].record
+    assert first.tags["parity"] == "unchecked" and first.run_name.startswith("conv · ")
+    assert processes.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
 
 
 def test_editing_the_file_changes_the_resume_key(make_cfg, nets, tmp_path, monkeypatch):
