@@ -116,6 +116,7 @@ def test_format_refuses_what_would_not_parse(make):
 
 # --- the reference runner -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_reference_runner_output_parses(tmp_path):
     r = python(str(RUNNER), "--model", "mlp_relu", "--ops", "inference,training", "--batch-sizes", "2,8,32",
                "--budget-s", "0.05", cwd=tmp_path)

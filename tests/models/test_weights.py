@@ -125,6 +125,7 @@ def test_each_framework_s_own_layer_at_parity_and_a_wrong_map_caught():
         assert wrong.status == "failed" and wrong.worst > 1e-2 and wrong.where == where, wrong
 
 
+@pytest.mark.slow
 def test_the_documented_encoder_is_at_parity():
     """docs/own-network.md shows the file as it is; torch's TransformerEncoderLayer against the Flax block."""
     assert f"```python\n{EXAMPLE.read_text()}```" in (ROOT / "docs" / "own-network.md").read_text()
