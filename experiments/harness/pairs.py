@@ -168,11 +168,11 @@ class Session:
         return "\n".join(f"--- worker {p.stem}\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
 
 
-def run_pair(a: Side, b: Side, cell: Cell, design: Design, index: int, servers: list, directory: Path,
-             rng: np.random.Generator) -> Trial:
-    """One trial of A and B on one cell, with fresh workers (the burst-length self-check's unit)."""
+def run_pair(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator) -> Trial:
+    """One trial of two sides on one cell, with fresh workers (`workers`, started here: the burst-length
+    self-check's unit)."""
     try:
-        with Workers([a, b], servers, directory).start() as workers:
+        with workers.start():
             return run_cell(workers, cell, design, index, rng)
     except PairFailed as e:
         return Trial(index, [], failure=str(e), failed_side=e.side)

@@ -87,7 +87,8 @@ def interleaved(sides: dict[float, tuple[pairs.Side, pairs.Side]], n: int, side_
                 a, b = sides[burst]
                 design = pairs.Design(burst_s=float(burst), rounds=max(1, round(side_s / burst)), trials=1,
                                       max_trials=1)
-                r = pairs.run_pair(a, b, cell, design, k, servers, out / f"{burst * 1e3:g}ms-{k}", rng)
+                workers = pairs.Workers([a, b], servers, out / f"{burst * 1e3:g}ms-{k}")
+                r = pairs.run_pair(workers, cell, design, k, rng)
                 results[burst].append(r)
                 ratio = f"B/A {math.exp(lr):.4f}" if (lr := r.log_ratio(1, 0)) is not None else f"FAILED: {r.failure}"
                 print(f"  pair {k + 1}/{n}, {burst * 1e3:g} ms bursts: {ratio} ({r.wall_s:.1f} s, other processes "

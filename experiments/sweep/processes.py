@@ -85,7 +85,7 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
     fork server (runtime.start=fork, when it can start) or spawned; and that server."""
     c = job.config
     if c.framework.name == "external":
-        return partial(external.run, template=c.external.command, name=c.external.name, python=job.python), None
+        return partial(external.run, runner=external.Runner(c.external.command, c.external.name, job.python)), None
     server = None
     if c.runtime.start == "fork":
         try:
@@ -93,8 +93,7 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
             server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
         except manager.ServerUnavailable as e:
             log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
-    return partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
-                   server=server), server
+    return partial(manager.run, launcher=manager.Launcher(job.python, str(c.runtime.allocator), cache, server)), server
 
 
 def between(results: list[list[PointResult]], ops: set[str], prior: float) -> dict[str, float]:
