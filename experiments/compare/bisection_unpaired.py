@@ -181,10 +181,9 @@ class UnpairedSteps:
                           *([f"note: {note}"] if note and found else []), tail])
 
     def along(self, found, measured: list[str]):
-        """The measured versions as a compare.history.History along `<package> version`, the change found its one
+        """The measured versions as a report.history.History along `<package> version`, the change found its one
         regression."""
         import pandas as pd  # pandas: only at the end
-        from experiments.compare.history import History
         from experiments.report import history
         from experiments.report.tables import POINT
 
@@ -203,7 +202,7 @@ class UnpairedSteps:
                 "after_median_s": float(pd.Series(self.levels[vs[hi]].medians).median()), "ratio": v.ratio,
                 "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
                 "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
-        return History(s, r, measured, by)
+        return history.History(s, r, measured, by)
 
     def report(self, found, note: str, title: str, run) -> tuple[int, dict]:
         """The evidence on the console and in the parent run `run` (its description, the CSVs, a trend plot with the
