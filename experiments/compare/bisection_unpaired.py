@@ -5,17 +5,21 @@ itself is compare.bisection's."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from experiments.common.errors import OK
 from experiments.compare import environments
 from experiments.measure.verdict import Comparison, Verdict, judge
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclasses.dataclass
 class Level:
     """One version as measured: its runs of the point (report.tables.tidy rows) and each run's per-process samples."""
 
-    rows: object  # a pandas DataFrame
+    rows: pd.DataFrame
     samples: dict[str, list[list[float]]]  # run id -> one list of per-call samples per measuring process
     reused: bool = False
 
