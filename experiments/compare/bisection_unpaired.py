@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from experiments.common.config import EXTERNAL
 from experiments.common.errors import OK
 from experiments.compare import environments
 from experiments.measure.verdict import Comparison, Verdict, judge
@@ -53,7 +54,7 @@ class UnpairedSteps:
 
         python, c, s = str(self.r.envs[v].python), self.job.config, self.b.sweep
         if v not in self.fingerprints:  # a runner's fingerprint comes from what it prints: none to probe
-            self.fingerprints[v] = None if c.framework.name == "external" else manager.probe(
+            self.fingerprints[v] = None if c.framework.name == EXTERNAL else manager.probe(
                 [(python, str(c.framework.name), self.job.setup, str(c.runtime.allocator))])[0][1]
         fingerprint = self.fingerprints[v]
         rows, samples = [], {}

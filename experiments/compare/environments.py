@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.child import run_to_end
-from experiments.common.config import ROOT
+from experiments.common.config import EXTERNAL, ROOT
 from experiments.common.errors import OK, BadInput
 
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 SET_BY_COMMAND = {"runtime.python": "it runs one environment per version", "repeat": "use --repeats",
                   "mlflow.tracking_uri": "use --uri", "mlflow.experiment_name": "use --experiment",
                   "mlflow.parent_run_id": "its own parent run holds the sweep"}
-EXTERNAL = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
-            "another worker's; add --unpaired")
+UNPAIRABLE = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
+              "another worker's; add --unpaired")
 
 
 def sources(index_url: str | None = None, find_links=(), extra_index_urls=(), installer: str | None = None,
@@ -90,8 +90,8 @@ def paired_design(fields: dict, given: list[str], unpaired_fix: str | None, repe
 
 def fitted(design, jobs: list) -> None:
     """BadInput where the jobs can't be compared paired (a runner that times itself) or `design` doesn't fit them."""
-    if any(j.config.framework.name == "external" for j in jobs):
-        raise BadInput(EXTERNAL)
+    if any(j.config.framework.name == EXTERNAL for j in jobs):
+        raise BadInput(UNPAIRABLE)
     design.fits(jobs)
 
 

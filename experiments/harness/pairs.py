@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from experiments.common.config import EXTERNAL
 from experiments.harness.trials import (BURST_S, MAX_TRIALS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared, Design,
                                         Side, Trial, Turn, cells_of, letter)
 from experiments.harness.turns import PairedWorker, PairFailed, Workers, server, stopped
@@ -88,7 +89,7 @@ class Session:
     def __init__(self, sides: list[Side], cells: list[Cell], design: Design, directory: Path,
                  on_trial: Callable[[Compared, Trial], None] = lambda c, t: None,
                  checkpoint: Callable[[], None] = lambda: None):
-        if any(s.request.framework == "external" for s in sides):
+        if any(s.request.framework == EXTERNAL for s in sides):
             raise ValueError("framework=external can't be paired: its runner times itself, so its bursts can't take "
                              "turns with another worker's")
         self.sides, self.design, self.directory, self.on_trial = sides, design, directory, on_trial

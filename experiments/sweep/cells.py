@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.common.config import VARIANT_KEYS, Config, logged
+from experiments.common.config import EXTERNAL, VARIANT_KEYS, Config, logged
 from experiments.common.job import Job
 from experiments.common.protocol import Json, Measurement, OpResult, Point, PointResult, Ready
 from experiments.harness import pairs
@@ -47,7 +47,7 @@ def spans(key: str) -> bool:
 
 def paired(job: Job) -> bool:
     """Whether the job's points can be measured paired: nnbench's own worker (an external runner times itself)."""
-    return job.config.bench.paired and job.config.framework.name != "external"
+    return job.config.bench.paired and job.config.framework.name != EXTERNAL
 
 
 def cell_key(job: Job) -> str:

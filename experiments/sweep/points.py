@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common.config import EXTERNAL
 from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.common.protocol import Json, OpResult, Point, PointResult
@@ -26,7 +27,7 @@ from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
 from experiments.sweep import console, interrupts, requeue
 
 log = logging.getLogger("nnbench")
-EXTERNAL = "framework=external runs a runner in another language: nnbench profiles only its own backends"
+NOT_PROFILED = "framework=external runs a runner in another language: nnbench profiles only its own backends"
 TIMES = "job.json"
 
 
@@ -100,7 +101,7 @@ class Points:
         self.profiling: list[Saved] = []  # being profiled, in the order the profiling worker reports them
         self.paired: dict[int, Paired] = {}  # per point, how it was compared with its cell's baseline (paired)
         self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
-        self.profiles = job.config.profile and job.config.framework.name != "external"
+        self.profiles = job.config.profile and job.config.framework.name != EXTERNAL
 
     @property
     def records(self) -> list[records.Record]:
@@ -234,7 +235,7 @@ class Points:
                                       paired=self.paired.get(self.job.points.index(point)))
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
-            rec = records.without_profile(rec, "unavailable", EXTERNAL)
+            rec = records.without_profile(rec, "unavailable", NOT_PROFILED)
         saved = Saved(point, reading, rec, self.job_dir / "points" / rec.slug)
         rec.save(saved.directory)
         return saved

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import yaml
 
-from experiments.common.config import logged
+from experiments.common.config import EXTERNAL, logged
 from experiments.common.job import Job
 from experiments.common.protocol import PointResult, Request
 from experiments.harness import external, manager
@@ -84,7 +84,7 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
     """How the job's workers are run: a runner in any language in their place, or nnbench's own, forked by the job's
     fork server (runtime.start=fork, when it can start) or spawned; and that server."""
     c = job.config
-    if c.framework.name == "external":
+    if c.framework.name == EXTERNAL:
         return partial(external.run, runner=external.Runner(c.external.command, c.external.name, job.python)), None
     server = None
     if c.runtime.start == "fork":
