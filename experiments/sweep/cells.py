@@ -313,7 +313,7 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
               peaks: Path | None, overrides: list[str] = ()) -> Group:
     """Measure the group's jobs paired and pass each job's points on to its collector: read, judged against the
     baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point saved as
-    interrupted, then Interrupted is raised; where SLURM runs the job again, nothing is saved (its next run measures
+    interrupted, then Signalled is raised; where SLURM runs the job again, nothing is saved (its next run measures
     the group from the start, as it does the points an unpaired job had in progress)."""
     group = Group(jobs, collectors, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
@@ -324,7 +324,7 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
                             checkpoint=interrupts.raise_pending)
     try:
         session.run(group.settled)
-    except interrupts.Interrupted as e:
+    except interrupts.Signalled as e:
         if not (collectors[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
             group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
         raise

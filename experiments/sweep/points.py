@@ -164,7 +164,7 @@ class Points:
         if result.failure is not None:
             if interrupts.pending():  # the signal stopped the worker: the point keeps what it had
                 self.held.insert(0, i)
-                raise interrupts.Interrupted(interrupts.pending())
+                raise interrupts.Signalled(interrupts.pending())
             log.info("%s: measuring it again failed (%s); it keeps its processes",
                      records.run_name(self.job, self.job.points[i]), result.failure)
             return self.measured_all(i)
@@ -177,7 +177,7 @@ class Points:
             return self.again.append(i)
         self.measured_all(i)
 
-    def stopped(self, e: interrupts.Interrupted) -> None:
+    def stopped(self, e: interrupts.Signalled) -> None:
         """A signal stopped the job between its workers: the saved points keep their timings, unprofiled."""
         for waiting in self.waiting:
             self.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
@@ -186,7 +186,7 @@ class Points:
     def release(self, points: list[int]) -> None:
         """Held points saved with the processes they have (the load rule's workers are done or stopped)."""
         for i in points:
-            with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+            with contextlib.suppress(interrupts.Signalled):  # the caller raises once
                 self.measured_all(i)
 
     def held_points(self) -> tuple[Point, ...]:
@@ -199,7 +199,7 @@ class Points:
         self.release(self.held)
         self.held, self.again = self.again, []
 
-    def stop_remeasuring(self, e: interrupts.Interrupted) -> None:
+    def stop_remeasuring(self, e: interrupts.Signalled) -> None:
         """A signal stopped a load-rule worker: every held point saved with the processes it has, unprofiled."""
         self.release(self.held + self.again)
         self.held, self.again = [], []
@@ -245,12 +245,12 @@ class Points:
         signum = interrupts.pending()
         if self.in_launcher and requeue.runs_again(signum):  # left to the job's next run, not recorded
             log.info("%s: left to the job's next run", records.run_name(self.job, point))  # no tick: not measured
-            raise interrupts.Interrupted(signum)
+            raise interrupts.Signalled(signum)
         why = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
         saved = self.save(point, results, why)
         log.info("%s %s: INTERRUPTED (%s)", self.tick(), saved.record.run_name, saved.reading.interrupted)
         self.queued.append(saved)
-        raise interrupts.Interrupted(signum)
+        raise interrupts.Signalled(signum)
 
     def cut(self, i: int, why: str) -> None:
         """Point i as its processes so far measured it, saved as interrupted (KILLED) and queued to be logged."""
@@ -271,7 +271,7 @@ class Points:
         """A point that keeps its timings without a profile (failed or interrupted); saved and passed on."""
         saved.record = records.without_profile(saved.record, status, why)
         saved.record.save(saved.directory)
-        with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+        with contextlib.suppress(interrupts.Signalled):  # the caller raises once
             self.finished(saved)
 
     def to_profile(self) -> tuple[Point, ...]:
@@ -294,7 +294,7 @@ class Points:
                 self.unprofiled(rest, "interrupted", f"interrupted by {signal.Signals(signum).name} before it was "
                                 "profiled")
             self.profiling = []
-            raise interrupts.Interrupted(signum)
+            raise interrupts.Signalled(signum)
         files = self.job_dir / "process-profile" / "files" / f"bs{saved.point.batch_size}"
         try:
             saved.record = records.add_profile(saved.record, saved.reading, result, files, saved.directory)
