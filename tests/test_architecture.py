@@ -1,5 +1,6 @@
 """The shape of the code: the layers of experiments/ and their contracts (pyproject.toml), checked by import-linter;
-every in-function import says why it is there; no function grows past 50 lines; the job has no defaults of its own."""
+every in-function import says why it is there; no function grows past 40 lines or 6 parameters, no file past 400
+lines; the job has no defaults of its own."""
 import ast
 import os
 import re
@@ -13,7 +14,10 @@ import pytest
 from tests.helpers import ROOT
 
 LINT = [str(Path(sys.executable).parent / "lint-imports")]  # installed with the [test] extra
-LONGEST = 50  # lines of a function, its signature and docstring included
+CODE = ("experiments", "models", "hydra_plugins")  # the packages whose shape is held
+LONGEST = 40  # lines of a function, its signature and docstring included
+MOST_PARAMETERS = 6  # of a function, self and cls aside; *args and **kwargs count one each
+LONGEST_FILE = 400  # lines of a module
 
 
 def functions(root: Path = ROOT / "experiments"):
@@ -76,9 +80,34 @@ def test_every_import_inside_a_function_says_why():
     assert seen and not unexplained, "\n".join(sorted(set(unexplained)))
 
 
-def test_no_function_is_longer_than_fifty_lines():
+def everywhere():
+    """`functions` of every package in CODE."""
+    for part in CODE:
+        yield from functions(ROOT / part)
+
+
+def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return len(names) - (names[:1] in (["self"], ["cls"])) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_no_function_is_longer_than_forty_lines():
     long = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}: {fn.end_lineno - fn.lineno + 1} lines"
-            for path, fn, _ in functions() if fn.end_lineno - fn.lineno + 1 > LONGEST]
+            for path, fn, _ in everywhere() if fn.end_lineno - fn.lineno + 1 > LONGEST]
+    assert not long, "\n".join(long)
+
+
+def test_no_function_takes_more_than_six_parameters():
+    """Parameters that travel together are one value (a small frozen dataclass that names what they are)."""
+    many = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name}: {parameters(fn)} parameters"
+            for path, fn, _ in everywhere() if parameters(fn) > MOST_PARAMETERS]
+    assert not many, "\n".join(many)
+
+
+def test_no_module_is_longer_than_four_hundred_lines():
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for part in CODE for path in sorted((ROOT / part).rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > LONGEST_FILE]
     assert not long, "\n".join(long)
 
 

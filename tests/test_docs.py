@@ -205,9 +205,9 @@ def check_command(name: str, a: argparse.Namespace, line: str) -> None:
             envs.parse(specs) if specs else None
             compose_each([s for s in a.specs if s not in specs] + a.overrides, line)
         elif name == "bisect":
-            from experiments.harness import envs  # the range's form, as `nnbench bisect` checks it first
+            from experiments.harness import installers  # the range's form, as `nnbench bisect` checks it first
 
-            envs.in_range([], a.range)
+            installers.in_range([], a.range)
             compose_each(a.overrides, line)
         elif name in ("calibrate", "overhead"):
             compose_each(a.overrides, line)

@@ -56,9 +56,12 @@ def backends() -> list[str]:
     return sorted(p.stem.removesuffix("_backend") for p in BACKENDS.glob("*_backend.py"))
 
 
+EXTERNAL = "external"  # the framework option of a runner in any language (harness/external.py): no backend, unpaired
+
+
 def frameworks() -> list[str]:
     """The `framework` options: the backends, and `external` (a runner in any language, harness/external.py)."""
-    return backends() + ["external"]
+    return backends() + [EXTERNAL]
 
 
 Framework = StrEnum("Framework", {name: name for name in frameworks()})

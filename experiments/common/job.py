@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.common.config import Config
+from experiments.common.config import EXTERNAL, Config
 from experiments.common.protocol import Budget, Point, Request, Setup
 from models import Model
 
@@ -34,7 +34,7 @@ class Job:
         """How the framework ran: jax-jit, jax-eager, torch-eager, torch-compile (`compile` unless jax's `jit`), then
         `-cg` for CUDA graphs (compile_mode=reduce-overhead) and `-cl` for channels_last; an external runner's name."""
         fw = self.config.framework
-        if fw.name == "external":
+        if fw.name == EXTERNAL:
             return self.config.external.name
         out = f"{fw.name}-" + (("jit" if fw.name == "jax" else "compile") if fw.compile else "eager")
         out += "-cg" if fw.compile_mode == "reduce-overhead" else ""
@@ -48,7 +48,7 @@ class Job:
     @property
     def workers(self) -> int:
         """Workers per point: the timed ones, and the one that profiles (a runner in another language: none)."""
-        return self.config.bench.processes + (self.config.profile and self.config.framework.name != "external")
+        return self.config.bench.processes + (self.config.profile and self.config.framework.name != EXTERNAL)
 
     @property
     def python(self) -> str:

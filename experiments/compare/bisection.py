@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
 from experiments.compare import environments
 from experiments.compare.bisection_paired import PairedSteps
 from experiments.compare.bisection_unpaired import UnpairedSteps
-from experiments.compare.environments import Range, Sources, Sweep
+from experiments.compare.environments import Range, Sweep
 from experiments.store.uris import validate
+
+if TYPE_CHECKING:
+    from experiments.harness.envs import Sources
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,13 @@ def listed(b: Bisection) -> list[str]:
     """The package's released versions in the range, from the index; BadInput naming the fix where there are no
     two."""
     from packaging.version import InvalidVersion, Version  # packaging: only once the arguments parse
-    from experiments.harness import envs
+    from experiments.harness import installers
 
     try:
-        envs.in_range([], b.range)  # the range's form first: "is not A..B", "runs backwards"
+        installers.in_range([], b.range)  # the range's form first: "is not A..B", "runs backwards"
         pre = b.pre or any(Version(v).is_prerelease for v in b.range.split("..") if v)
-        listing = envs.released(b.package, b.sources.index, pre)
-        versions = envs.in_range(listing, b.range, pre)
+        listing = installers.released(b.package, b.sources.index, pre)
+        versions = installers.in_range(listing, b.range, pre)
     except (ValueError, InvalidVersion) as e:
         raise BadInput(f"{e}") from None
     except LookupError as e:
@@ -93,7 +97,7 @@ def start_env(b: Bisection, version: str):
     from experiments.harness import envs  # packaging: only once the arguments parse
 
     try:
-        return b.sources.get(envs.Spec(((b.package, version),)), envs.packages())
+        return envs.get(envs.Spec(((b.package, version),)), b.sources, envs.packages())
     except envs.BuildError as e:
         raise BadInput(f"{e}: the range's first version is needed to check model=; fix the range, or pass "
                        "--index-url/--find-links (nothing was measured)") from None

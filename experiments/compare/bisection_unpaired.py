@@ -5,17 +5,22 @@ itself is compare.bisection's."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
+from experiments.common.config import EXTERNAL
 from experiments.common.errors import OK
 from experiments.compare import environments
 from experiments.measure.verdict import Comparison, Verdict, judge
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclasses.dataclass
 class Level:
     """One version as measured: its runs of the point (report.tables.tidy rows) and each run's per-process samples."""
 
-    rows: object  # a pandas DataFrame
+    rows: pd.DataFrame
     samples: dict[str, list[list[float]]]  # run id -> one list of per-call samples per measuring process
     reused: bool = False
 
@@ -49,7 +54,7 @@ class UnpairedSteps:
 
         python, c, s = str(self.r.envs[v].python), self.job.config, self.b.sweep
         if v not in self.fingerprints:  # a runner's fingerprint comes from what it prints: none to probe
-            self.fingerprints[v] = None if c.framework.name == "external" else manager.probe(
+            self.fingerprints[v] = None if c.framework.name == EXTERNAL else manager.probe(
                 [(python, str(c.framework.name), self.job.setup, str(c.runtime.allocator))])[0][1]
         fingerprint = self.fingerprints[v]
         rows, samples = [], {}
@@ -181,10 +186,9 @@ class UnpairedSteps:
                           *([f"note: {note}"] if note and found else []), tail])
 
     def along(self, found, measured: list[str]):
-        """The measured versions as a compare.history.History along `<package> version`, the change found its one
+        """The measured versions as a report.history.History along `<package> version`, the change found its one
         regression."""
         import pandas as pd  # pandas: only at the end
-        from experiments.compare.history import History
         from experiments.report import history
         from experiments.report.tables import POINT
 
@@ -203,7 +207,7 @@ class UnpairedSteps:
                 "after_median_s": float(pd.Series(self.levels[vs[hi]].medians).median()), "ratio": v.ratio,
                 "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
                 "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
-        return History(s, r, measured, by)
+        return history.History(s, r, measured, by)
 
     def report(self, found, note: str, title: str, run) -> tuple[int, dict]:
         """The evidence on the console and in the parent run `run` (its description, the CSVs, a trend plot with the

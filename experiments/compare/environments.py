@@ -1,51 +1,39 @@
 """Comparisons across measuring environments, what `nnbench versions` and `bisect` share: where the environments come
-from (`Sources`: the index, the installer, the cache), a package's versions met one by one (`Range`), the paired
-design or the unpaired sweep, the sweep's overrides validated before anything is built (`jobs`), and the unpaired
-sweep across the environments (`across`)."""
+from (`sources`: a harness.envs.Sources, the index, the installer, the cache), a package's versions met one by one
+(`Range`), the paired design or the unpaired sweep, the sweep's overrides validated before anything is built (`jobs`),
+and the unpaired sweep across the environments (`across`)."""
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.common.child import run_to_end
-from experiments.common.config import ROOT
+from experiments.common.config import EXTERNAL, ROOT
 from experiments.common.errors import OK, BadInput
+
+if TYPE_CHECKING:
+    from experiments.harness.envs import Sources
 
 # Keys of a sweep that `nnbench versions` and `bisect` set themselves, and what to use instead.
 SET_BY_COMMAND = {"runtime.python": "it runs one environment per version", "repeat": "use --repeats",
                   "mlflow.tracking_uri": "use --uri", "mlflow.experiment_name": "use --experiment",
                   "mlflow.parent_run_id": "its own parent run holds the sweep"}
-EXTERNAL = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
-            "another worker's; add --unpaired")
-
-
-@dataclass(frozen=True)
-class Sources:
-    """Where measuring environments come from: the package index, the installer (uv or pip), the cache."""
-
-    index: object  # a harness.envs.Index
-    installer: str
-    cache: Path
-
-    def get(self, spec, base: dict):
-        """The spec's environment (a harness.envs.Env), built on `base` (this interpreter's packages) or from the
-        cache; envs.BuildError as it comes."""
-        from experiments.harness import envs  # packaging and the installers: only for the commands that build
-
-        return envs.get(spec, self.index, self.installer, self.cache, base)
+UNPAIRABLE = ("framework=external can't be paired: its runner times itself, so its bursts can't be interleaved with "
+              "another worker's; add --unpaired")
 
 
 def sources(index_url: str | None = None, find_links=(), extra_index_urls=(), installer: str | None = None,
             cache: Path | None = None) -> Sources:
-    """The Sources the options name (None: pip's index, uv when installed, $NNBENCH_ENV_CACHE); BadInput naming the
-    fix."""
-    from experiments.harness import envs  # packaging and the installers: only for the commands that build
+    """The harness.envs.Sources the options name (None: pip's index, uv when installed, $NNBENCH_ENV_CACHE); BadInput
+    naming the fix."""
+    from experiments.harness import envs, installers  # packaging and the installers: only for the commands that build
 
     try:
-        index = envs.Index(index_url, tuple(find_links), tuple(extra_index_urls))
-        return Sources(index, envs.installer(installer), cache or envs.cache_root())
+        index = installers.Index(index_url, tuple(find_links), tuple(extra_index_urls))
+        return envs.Sources(index, installers.installer(installer), cache or envs.cache_root())
     except ValueError as e:
         raise BadInput(str(e)) from None
 
@@ -102,8 +90,8 @@ def paired_design(fields: dict, given: list[str], unpaired_fix: str | None, repe
 
 def fitted(design, jobs: list) -> None:
     """BadInput where the jobs can't be compared paired (a runner that times itself) or `design` doesn't fit them."""
-    if any(j.config.framework.name == "external" for j in jobs):
-        raise BadInput(EXTERNAL)
+    if any(j.config.framework.name == EXTERNAL for j in jobs):
+        raise BadInput(UNPAIRABLE)
     design.fits(jobs)
 
 
@@ -173,8 +161,8 @@ class Range:
 
         if v not in self.envs:
             try:
-                e = self.sources.get(envs.Spec(((self.package, v),)), self.base)
-                self.say(f"{self.package} {v}: environment {e.how}; differs in {envs.describe(e.manifest['changes'])}")
+                e = envs.get(envs.Spec(((self.package, v),)), self.sources, self.base)
+                self.say(f"{self.package} {v}: environment {e.origin}; differs in {envs.describe(e.manifest.changes)}")
                 self.envs[v] = e
             except envs.BuildError as e:
                 self.envs[v] = None
@@ -192,7 +180,6 @@ def manage(cache: Path, specs: list, clean: bool) -> int:
         return OK
     found = envs.listed(cache)
     for m in found:
-        print(f"{m['spec']}: {envs.describe(m['changes'])} ({m['installer']}, built {m['built']} from "
-              f"{m['base_python']}) {m['python']}")
+        print(f"{m.spec}: {envs.describe(m.changes)} ({m.installer}, built {m.built} from {m.base_python}) {m.python}")
     print(f"{len(found)} environments in {cache}")
     return OK

@@ -4,23 +4,15 @@ change points (report.history), the report in words and as JSON, and its pages l
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.common.errors import BadInput
 from experiments.measure.verdict import Verdict
 
-
-@dataclass(frozen=True)
-class History:
-    """Each point's runs along an axis, judged: the series (report.history.series), the regressions table (one row
-    per change found), the axis's values in order, and the axis."""
-
-    series: object  # a pandas DataFrame
-    regressions: object  # a pandas DataFrame
-    values: list[str]
-    by: str
+if TYPE_CHECKING:
+    from experiments.report.history import History
 
 
 def selected(uri: str, experiment: str, filter_string: str):
@@ -47,7 +39,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
                        "measured at two or more (nnbench versions, or a sweep with runtime.python=A,B)")
     samples = cache(tracking.Store(uri).load_samples)
     s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
-    return History(s, history.regressions(s, threshold, alpha), values, by)
+    return history.History(s, history.regressions(s, threshold, alpha), values, by)
 
 
 def as_json(h: History) -> str:
@@ -98,7 +90,7 @@ def write(h: History, where: Path, title: str, note: str = "") -> None:
     op with its steps marked."""
     from experiments.report import pages  # matplotlib is slow to import: only once runs are judged
 
-    pages.write_history(h.series, h.regressions, h.values, h.by, where, title, note)
+    pages.write_history(h, where, title, note)
 
 
 def log(h: History, title: str, parent, note: str = "") -> None:

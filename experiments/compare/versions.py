@@ -10,11 +10,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.compare import environments, history
-from experiments.compare.environments import Sources, Sweep
+from experiments.compare.environments import Sweep
 from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
+
+if TYPE_CHECKING:
+    from experiments.harness.envs import Sources
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,13 @@ def build(specs, sources: Sources) -> list:
     print(f"environments for {len(specs)} specs: each built once (a minute or more), then cached", flush=True)
     for spec in specs:
         try:
-            env = sources.get(spec, base)
+            env = envs.get(spec, sources, base)
         except envs.BuildError as e:
             raise BadInput(f"{e}: fix the spec, or pass --index-url/--find-links (nothing was measured)") from None
-        took = f" in {env.manifest['build_s']:.0f} s" if env.how != "cached" else ""
-        print(f"{spec}: {env.how}{took} with {sources.installer if env.how != 'cached' else env.manifest['installer']}"
-              f"; differs in {envs.describe(env.manifest['changes'])}")
+        cached = env.origin == "cached"
+        took = f" in {env.manifest.build_s:.0f} s" if not cached else ""
+        print(f"{spec}: {env.origin}{took} with {env.manifest.installer if cached else sources.installer}"
+              f"; differs in {envs.describe(env.manifest.changes)}")
         out.append(env)
     return out
 
@@ -126,7 +131,7 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
 
     s, (name, params) = v.sweep, named(v, built)
     params |= {"repeats": s.repeats} | {f"env.{i}.{k}": x for i, e in enumerate(built) for k, x in (
-        ("spec", str(e.spec)), ("changes", describe(e.manifest["changes"])), ("python", str(e.python)))}
+        ("spec", str(e.spec)), ("changes", describe(e.manifest.changes)), ("python", str(e.python)))}
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params, kind="versions") as run:
         code = environments.across(s, [e.python for e in built], run.run_id)

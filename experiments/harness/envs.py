@@ -1,5 +1,5 @@
-"""Measuring environments, one per version spec (`jax==0.10.1`), built once and cached; and the released versions of a
-package in a range. Parent side: the installers run here, the workers run in the environments (`runtime.python`).
+"""Measuring environments, one per version spec (`jax==0.10.1`), built once and cached by the installers of
+harness/installers.py. Parent side: the installers run here, the workers run in the environments (`runtime.python`).
 
 An environment is a venv whose `nnbench-base.pth` adds this interpreter's site-packages behind the venv's own (their
 .pth files processed, so nnbench and everything else import as here), with only what differs installed in front:
@@ -10,8 +10,9 @@ environment's versions, then `uv pip install --no-deps` of the difference (uv wh
 which keeps what is installed where it can. torch is never moved unless pinned (a move could pull a CUDA build).
 
 Then the new interpreter is asked what it imports: the versions that differ from here are the environment's record
-(`nnbench-env.json`, `measure.environment.spec_record`), a dependency that a moved package no longer satisfies is
-one line naming the conflict, and a backend whose packages moved takes one LeNet training step (`worker --smoke`).
+(its `Manifest`, `nnbench-env.json`, which `measure.environment.spec_record` reads), a dependency that a moved package
+no longer satisfies is one line naming the conflict, and a backend whose packages moved takes one LeNet training step
+(`worker --smoke`).
 
 The cache (`$NNBENCH_ENV_CACHE`, else `~/.cache/nnbench/envs`) holds one folder per spec and interpreter; a folder
 built from another state of this environment is stale, and is built again.
@@ -19,6 +20,7 @@ built from another state of this environment is stale, and is built again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import itertools
@@ -41,6 +43,7 @@ from packaging.version import InvalidVersion, Version
 
 from experiments.common.config import ROOT
 from experiments.harness import manager
+from experiments.harness.installers import Index, reason, uv
 from experiments.measure.backends import PACKAGES
 from experiments.measure.environment import ENV_MANIFEST
 
@@ -79,7 +82,8 @@ class Spec:
 
     @property
     def pinned(self) -> dict[str, str]:
-        return dict(r.split("==") for r in self.requirements)
+        """The pins and their companions by their canonical names: {"jax": "0.10.1", "jaxlib": "0.10.1"}."""
+        return {canonicalize_name(n): v for n, v in (r.split("==") for r in self.requirements)}
 
     @property
     def slug(self) -> str:
@@ -108,51 +112,6 @@ def parse(args: list[str]) -> list[Spec]:
     if not names:
         raise ValueError("no spec given: name the versions, e.g. nnbench versions jax==0.10.0,0.10.1 model=lenet")
     return [Spec(tuple(zip(names, combo))) for combo in itertools.product(*lists)]
-
-
-@dataclass(frozen=True)
-class Index:
-    """Where packages come from: --index-url, --extra-index-url and --find-links as given (pip reads its own
-    configuration too; uv is given pip's as flags, since it reads none of it)."""
-
-    index_url: str | None = None
-    find_links: tuple[str, ...] = ()
-    extra_index_urls: tuple[str, ...] = ()
-
-    def pip_args(self) -> list[str]:
-        return (["--index-url", self.index_url] if self.index_url else []) + [
-            a for u in self.extra_index_urls for a in ("--extra-index-url", u)] + [
-            a for d in self.find_links for a in ("--find-links", d)]
-
-    def uv_args(self) -> list[str]:
-        cfg = pip_config()
-        index = self.index_url or cfg.get("index-url")
-        args = ["--index-strategy", "unsafe-best-match"] + (["--index-url", index] if index else [])
-        for key, flag in (("extra-index-url", "--extra-index-url"), ("find-links", "--find-links"),
-                          ("constraint", "--constraint")):
-            args += [a for value in cfg.get(key, "").split() for a in (flag, value)]
-        return args + [a for u in self.extra_index_urls for a in ("--extra-index-url", u)] + [
-            a for d in self.find_links for a in ("--find-links", d)]
-
-
-def pip_config() -> dict[str, str]:
-    """pip's settings (its files and PIP_* variables, the later winning as in pip): {'find-links': '/opt/wheels'}."""
-    r = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    found = (re.match(r"^[^.]*\.([a-z-]+)='(.*)'$", line.strip()) for line in r.stdout.splitlines())
-    return {m[1]: m[2] for m in found if m}
-
-
-def uv() -> str | None:
-    """uv's path: on PATH, or beside this interpreter (a venv's bin/)."""
-    beside = Path(sys.executable).with_name("uv")
-    return shutil.which("uv") or (str(beside) if beside.exists() else None)
-
-
-def installer(choice: str | None = None) -> str:
-    """uv when installed, else pip (or the one chosen); ValueError naming the fix."""
-    if choice == "uv" and not uv():
-        raise ValueError("uv is not installed: pip install uv, or --installer pip")
-    return choice or ("uv" if uv() else "pip")
 
 
 def cache_root() -> Path:
@@ -210,44 +169,89 @@ def python_of(target: Path) -> Path:
     return target / "bin" / "python"
 
 
-def manifest(target: Path) -> dict | None:
-    path = target / ENV_MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+@dataclass(frozen=True)
+class Manifest:
+    """What an environment was built for and from: its `nnbench-env.json`, written last (a folder without it is not
+    built), which its workers read too (`measure.environment.spec_record`)."""
+
+    spec: str  # as the user named it: jax==0.10.1
+    pins: dict[str, str]  # the pins and their companions: {"jax": "0.10.1", "jaxlib": "0.10.1"}
+    changes: dict[str, tuple[str | None, str | None]]  # every version that differs: {name: (here, there)}
+    python: str  # the environment's interpreter
+    base_python: str  # the interpreter it was built on
+    base: str  # the digest of that interpreter's packages: another digest makes the environment stale
+    installer: str  # uv or pip
+    built: str  # when: %Y-%m-%d %H:%M:%S
+    build_s: float | None = None  # how long the build took
+
+    @classmethod
+    def read(cls, target: Path) -> Manifest | None:
+        """The manifest in the folder `target`; None where it has none (not built, or half built)."""
+        path = target / ENV_MANIFEST
+        if not path.is_file():
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        m = {k: v for k, v in json.loads(path.read_text()).items() if k in known}
+        return cls(**m | {"changes": {n: tuple(c) for n, c in m["changes"].items()}})
+
+    def write(self, target: Path) -> None:
+        (target / ENV_MANIFEST).write_text(json.dumps(dataclasses.asdict(self), indent=1))
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where measuring environments come from: the package index, the installer that builds them (uv or pip), the
+    cache that keeps them."""
+
+    index: Index
+    installer: str
+    cache: Path
 
 
 @dataclass(frozen=True)
 class Env:
     spec: Spec
     python: Path
-    manifest: dict
-    how: str  # cached, built, or rebuilt (the base environment changed since)
+    manifest: Manifest
+    origin: str  # cached, built, or rebuilt (the base environment changed since)
 
 
-def get(spec: Spec, index: Index, how: str, cache: Path | None = None,
-        base: dict[str, tuple[str, list[str]]] | None = None) -> Env:
+def get(spec: Spec, sources: Sources, base: dict[str, tuple[str, list[str]]] | None = None) -> Env:
     """The spec's environment, from the cache or built now (one builder at a time per folder); BuildError."""
-    cache = cache or cache_root()
     base = base if base is not None else packages()
-    target = folder(cache, spec)
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f".{target.name}.lock", "w") as lock:
+    target = folder(sources.cache, spec)
+    sources.cache.mkdir(parents=True, exist_ok=True)
+    with open(sources.cache / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        old = manifest(target)
-        if old and old["base"] == digest(base):
+        old = Manifest.read(target)
+        if old and old.base == digest(base):
             return Env(spec, python_of(target), old, "cached")
         t0 = time.perf_counter()
         try:
-            m = build(target, spec, base, index, how)
+            m = build(target, spec, base, sources)
         except BaseException:  # a failure or an interrupt leaves no half-built environment behind
             shutil.rmtree(target, ignore_errors=True)
             raise
-        m["build_s"] = round(time.perf_counter() - t0, 1)
-        (target / ENV_MANIFEST).write_text(json.dumps(m, indent=1))  # last: a folder without it is not built
-        return Env(spec, python_of(target), manifest(target), "rebuilt" if old else "built")
+        m = dataclasses.replace(m, build_s=round(time.perf_counter() - t0, 1))
+        m.write(target)  # last: a folder without it is not built
+        return Env(spec, python_of(target), m, "rebuilt" if old else "built")
 
 
-def build(target: Path, spec: Spec, base: dict, index: Index, how: str) -> dict:
+def build(target: Path, spec: Spec, base: dict, sources: Sources) -> Manifest:
     """Make the venv, install what differs, validate it; returns its manifest (BuildError naming what failed)."""
+    python = make_venv(target)
+    planned = install(python, spec, base, sources)
+    got = packages(python)
+    changes = diff(base, got)
+    verify(spec, got, changes, planned)
+    smoke(python, spec, changes)
+    return Manifest(str(spec), spec.pinned, changes, str(python), sys.executable, digest(base), sources.installer,
+                    time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def make_venv(target: Path) -> Path:
+    """A fresh venv at `target` whose `nnbench-base.pth` adds this interpreter's site-packages behind its own; its
+    interpreter."""
     shutil.rmtree(target, ignore_errors=True)
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(target)
     python = python_of(target)
@@ -256,27 +260,40 @@ def build(target: Path, spec: Spec, base: dict, index: Index, how: str) -> dict:
     paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     Path(site, "nnbench-base.pth").write_text("import site; " + "; ".join(f"site.addsitedir({p!r})" for p in paths)
                                               + "\n")
-    pinned = {canonicalize_name(n): v for n, v in spec.pinned.items()}
-    if how == "uv":
-        flags = index.uv_args()
+    return python
+
+
+def install(python: Path, spec: Spec, base: dict, sources: Sources) -> dict | None:
+    """Install into `python`'s venv what the spec moves: uv's plan (returned), each package without its dependencies;
+    or the pins and their installed dependents through pip's resolver (None: pip plans as it installs)."""
+    if sources.installer == "uv":
+        flags = sources.index.uv_args()
         planned = plan(spec, base, flags)
         if planned:
             run([uv(), "pip", "install", "-q", "--python", str(python), "--no-deps", "--compile-bytecode", *flags,
                  *(f"{n}=={new}" for n, (_, new) in planned.items() if new)], spec)
-    else:
-        run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-input",
-             "--disable-pip-version-check", *index.pip_args(), *spec.requirements,
-             *sorted(dependents(set(pinned), base))], spec)
-    got = packages(python)
-    changes = diff(base, got)
-    for n, v in pinned.items():
+        return planned
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-input",
+         "--disable-pip-version-check", *sources.index.pip_args(), *spec.requirements,
+         *sorted(dependents(set(spec.pinned), base))], spec)
+    return None
+
+
+def verify(spec: Spec, got: dict, changes: dict, planned: dict | None) -> None:
+    """BuildError where the installer left a pin unmet, installed other than uv planned, or broke a requirement."""
+    for n, v in spec.pinned.items():
         if n not in got or Version(got[n][0]) != Version(v):
             raise BuildError(f"{spec}: the installer left {n} at {got.get(n, ('none',))[0]}, not {v}")
-    if how == "uv" and changes != planned:
+    if planned is not None and changes != planned:
         raise BuildError(f"{spec}: installed {describe(changes)}, but the resolve planned {describe(planned)}")
     if conflict := conflicts(got, set(changes)):
         raise BuildError(f"{spec}: {conflict}")
-    moved = {n: (old, new) for n, (old, new) in changes.items() if n not in pinned and old}  # not the added
+
+
+def smoke(python: Path, spec: Spec, changes: dict) -> None:
+    """One LeNet training step (`worker --smoke`) by each backend whose packages the environment changed; BuildError
+    naming the first that fails."""
+    moved = {n: (old, new) for n, (old, new) in changes.items() if n not in spec.pinned and old}  # not the added
     for fw, names in PACKAGES.items():
         if set(names) & set(changes):
             r = subprocess.run([str(python), "-m", "experiments.measure.worker", "--smoke", fw], cwd=ROOT,
@@ -285,9 +302,6 @@ def build(target: Path, spec: Spec, base: dict, index: Index, how: str) -> dict:
                 why = (r.stdout.strip() or r.stderr.strip() or f"exit {r.returncode}").splitlines()[-1]
                 fit = f" with {describe(moved)} moved to fit" if moved else ""
                 raise BuildError(f"{spec}: nnbench's {fw} backend fails{fit}: {why}")
-    return {"spec": str(spec), "pins": pinned, "changes": changes, "python": str(python),
-            "base_python": sys.executable, "base": digest(base), "installer": how,
-            "built": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def diff(base: dict, got: dict) -> dict[str, tuple[str | None, str | None]]:
@@ -320,7 +334,7 @@ def conflicts(pkgs: dict[str, tuple[str, list[str]]], changed: set[str]) -> str 
 def plan(spec: Spec, base: dict, flags: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """uv's resolve of the pins and every package that depends on a pinned or moved one, each preferring this
     environment's version: {name: (version here or None, new version)} for what differs."""
-    pinned = {canonicalize_name(n) for n in spec.pinned}
+    pinned = set(spec.pinned)
     moved: dict = {}
     for _ in range(5):  # a moved package's dependents join the resolve, until no new package moves
         named = (dependents(pinned | set(moved), base) | set(moved)) - pinned
@@ -336,7 +350,7 @@ def plan(spec: Spec, base: dict, flags: list[str]) -> dict[str, tuple[str | None
 def resolve(spec: Spec, wanted: list[str], base: dict, flags: list[str]) -> dict[str, str]:
     """`uv pip compile` of `wanted`, seeded with this environment's versions (uv keeps an output file's versions where
     it can), torch held: {name: version} of everything they need."""
-    pinned = {canonicalize_name(n) for n in spec.pinned}
+    pinned = set(spec.pinned)
     with tempfile.TemporaryDirectory() as tmp:
         inputs, hold, out = Path(tmp, "in.txt"), Path(tmp, "hold.txt"), Path(tmp, "out.txt")
         inputs.write_text("\n".join(wanted) + "\n")
@@ -355,58 +369,11 @@ def run(argv: list, spec: Spec) -> None:
         raise BuildError(f"cannot install {spec}: {reason(r.stderr or r.stdout)}")
 
 
-CAUSES = ("╰─▶", "cause:", "Caused by:")  # uv's explanation: in a terminal, and not
-
-
-def reason(output: str) -> str:
-    """The line of an installer's error output that says why: uv's last explanation (its wrapped lines joined),
-    else pip's first ERROR line, else the last line."""
-    lines = [ln.strip() for ln in output.strip().splitlines()]
-    marked = [i for i, ln in enumerate(lines) if any(c in ln for c in CAUSES)]
-    if marked:
-        i = marked[-1]
-        first = next(lines[i].split(c, 1)[1] for c in CAUSES if c in lines[i])
-        rest = itertools.takewhile(lambda ln: ln and not ln.startswith(("hint:", "help:", "error:")), lines[i + 1:])
-        return " ".join([first.strip(), *rest])[:400]
-    errors = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR: ")]
-    return (errors[0] if errors else next((ln for ln in reversed(lines) if ln), "no output")).removeprefix(
-        "error: ")[:400]
-
-
-def released(name: str, index: Index, pre: bool = False) -> list[str]:
-    """Every version of `name` the index serves this interpreter (pip's view: its configuration applies, yanked files
-    and Requires-Python misfits left out), oldest first; LookupError with pip's reason. Its text output, which every
-    pip since 21.2 prints (`--json` is newer than the pip of a fresh venv)."""
-    r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check",
-                        *(["--pre"] if pre else []), *index.pip_args(), name], capture_output=True, text=True)
-    listing = next((ln.split(":", 1)[1] for ln in r.stdout.splitlines() if ln.startswith("Available versions:")), None)
-    if r.returncode or listing is None:
-        raise LookupError(reason(r.stderr or r.stdout))
-    return sorted((v.strip() for v in listing.split(",") if v.strip()), key=Version)
-
-
-def in_range(versions: list[str], bounds: str, pre: bool = False) -> list[str]:
-    """The versions in 'A..B' (both ends included; 'A..' and '..B' open), in order; pre-releases only with `pre`."""
-    lo, sep, hi = bounds.partition("..")
-    if not sep:
-        raise ValueError(f"range {bounds!r} is not A..B: e.g. 0.10.0..0.10.2")
-    try:
-        lo_v, hi_v = (Version(b) if b else None for b in (lo, hi))
-    except InvalidVersion:
-        raise ValueError(f"range {bounds!r} is not A..B of versions: e.g. 0.10.0..0.10.2") from None
-    if lo_v and hi_v and lo_v > hi_v:
-        raise ValueError(f"range {bounds!r} runs backwards: use {hi}..{lo}")
-    out = {Version(v) for v in versions}
-    return [str(v) for v in sorted(out) if (pre or not (v.is_prerelease or v.is_devrelease))
-            and not (lo_v and v < lo_v) and not (hi_v and v > hi_v)]
-
-
-def listed(cache: Path | None = None) -> list[dict]:
-    """The cached environments' manifests (with their folders), oldest first."""
+def listed(cache: Path | None = None) -> list[Manifest]:
+    """The cached environments' manifests, oldest first."""
     cache = cache or cache_root()
-    found = [m | {"folder": str(d)} for d in sorted(cache.iterdir()) if d.is_dir() and (m := manifest(d))] \
-        if cache.is_dir() else []
-    return sorted(found, key=lambda m: m["built"])
+    found = [m for d in sorted(cache.iterdir()) if d.is_dir() and (m := Manifest.read(d))] if cache.is_dir() else []
+    return sorted(found, key=lambda m: m.built)
 
 
 def clean(cache: Path | None = None, specs: list[Spec] | None = None) -> list[Path]:

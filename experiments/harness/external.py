@@ -13,6 +13,7 @@ import shutil
 import string
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -57,11 +58,21 @@ def results(parsed: lines.Parsed, name: str, model: str, points: tuple[Point, ..
     return out
 
 
-def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: str,
-        on_result: Callable[[PointResult], None] = lambda r: None, python: str = sys.executable) -> list[PointResult]:
+@dataclass(frozen=True)
+class Runner:
+    """A job's runner: its command template (`external.command`), its name (`external.name`), and the measuring
+    interpreter its `{python}` names."""
+
+    template: str
+    name: str
+    python: str = sys.executable
+
+
+def run(request: Request, job_dir: Path, timeout_s: float, runner: Runner,
+        on_result: Callable[[PointResult], None] = lambda r: None) -> list[PointResult]:
     """Run the runner once for all the job's points; hand on one result per point (failed ones included)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    argv = command(template, request, python)
+    argv = command(runner.template, request, runner.python)
     stdout_path, stderr_path = job_dir / "runner.out", job_dir / "runner.log"
     with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
@@ -78,8 +89,8 @@ def run(request: Request, job_dir: Path, timeout_s: float, template: str, name: 
         reason = manager.exit_reason(rc, "runner")
     if reason is None:
         try:
-            found = results(lines.parse(stdout_path.read_text(errors="replace")), name, request.model["name"],
-                            request.points, request.setup.device, python)
+            found = results(lines.parse(stdout_path.read_text(errors="replace")), runner.name, request.model["name"],
+                            request.points, request.setup.device, runner.python)
         except lines.BadLine as e:
             reason = f"the runner printed a malformed line: {e}"
     if reason is not None:

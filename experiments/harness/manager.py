@@ -165,11 +165,24 @@ class Forked:
 Worker = Spawned | Forked
 
 
-def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.executable,
-        on_result: Callable[[PointResult], None] = lambda r: None, allocator: str = "system",
-        cache: Path | None = None, server: ForkServer | None = None) -> list[PointResult]:
-    """Measure all points, one worker at a time (forked by `server`, else spawned); a crash or timeout fails only
-    the point it happened in, and a new worker measures the rest.
+@dataclasses.dataclass(frozen=True)
+class Launcher:
+    """How a job's workers start: forked by the job's fork server (`server`), or spawned as `python -m
+    experiments.measure.worker` with the allocator and the compile cache in their environment (`environ`)."""
+
+    python: str = sys.executable
+    allocator: str = "system"
+    cache: Path | None = None
+    server: ForkServer | None = None
+
+    def spawn(self, request: Path, results: Path, log: Path) -> Spawned:
+        return Spawned(self.python, environ(self.allocator, self.cache), request, results, log)
+
+
+def run(request: Request, job_dir: Path, timeout_s: float, on_result: Callable[[PointResult], None] = lambda r: None,
+        launcher: Launcher = Launcher()) -> list[PointResult]:
+    """Measure all points, one worker at a time (forked by the launcher's server, else spawned); a crash or timeout
+    fails only the point it happened in, and a new worker measures the rest.
 
     Each result is handed to `on_result` as soon as the worker writes it.
     """
@@ -190,10 +203,10 @@ def run(request: Request, job_dir: Path, timeout_s: float, python: str = sys.exe
         offset = results_path.stat().st_size if results_path.exists() else 0
         worker: Worker | None = None
         try:
-            worker = server.start(request_path, results_path, log_path) if server else None
+            worker = launcher.server.start(request_path, results_path, log_path) if launcher.server else None
         except ServerUnavailable:
-            server = None  # spawn the rest
-        worker = worker or Spawned(python, environ(allocator, cache), request_path, results_path, log_path)
+            launcher = dataclasses.replace(launcher, server=None)  # spawn the rest
+        worker = worker or launcher.spawn(request_path, results_path, log_path)
         try:
             reason = watch(worker, results_path, offset, timeout_s, take)
         except BaseException:  # a harness error or an interrupt: never leave the worker measuring

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from experiments.common.config import EXTERNAL
 from experiments.harness.trials import (BURST_S, MAX_TRIALS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared, Design,
                                         Side, Trial, Turn, cells_of, letter)
 from experiments.harness.turns import PairedWorker, PairFailed, Workers, server, stopped
@@ -88,7 +89,7 @@ class Session:
     def __init__(self, sides: list[Side], cells: list[Cell], design: Design, directory: Path,
                  on_trial: Callable[[Compared, Trial], None] = lambda c, t: None,
                  checkpoint: Callable[[], None] = lambda: None):
-        if any(s.request.framework == "external" for s in sides):
+        if any(s.request.framework == EXTERNAL for s in sides):
             raise ValueError("framework=external can't be paired: its runner times itself, so its bursts can't take "
                              "turns with another worker's")
         self.sides, self.design, self.directory, self.on_trial = sides, design, directory, on_trial
@@ -168,11 +169,11 @@ class Session:
         return "\n".join(f"--- worker {p.stem}\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
 
 
-def run_pair(a: Side, b: Side, cell: Cell, design: Design, index: int, servers: list, directory: Path,
-             rng: np.random.Generator) -> Trial:
-    """One trial of A and B on one cell, with fresh workers (the burst-length self-check's unit)."""
+def run_pair(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator) -> Trial:
+    """One trial of two sides on one cell, with fresh workers (`workers`, started here: the burst-length
+    self-check's unit)."""
     try:
-        with Workers([a, b], servers, directory).start() as workers:
+        with workers.start():
             return run_cell(workers, cell, design, index, rng)
     except PairFailed as e:
         return Trial(index, [], failure=str(e), failed_side=e.side)

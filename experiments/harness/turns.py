@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from experiments.common.config import EXTERNAL
 from experiments.common.protocol import Burst, Command, Prepared, Ready
 from experiments.harness import manager
 from experiments.harness.trials import Cell, Side, letter
@@ -222,7 +223,7 @@ class Workers:
 
 def server(side: Side, log: Path) -> manager.ForkServer | None:
     """The side's fork server (start=fork), or None: its workers are spawned (also where it can't start)."""
-    if side.start != "fork" or side.request.framework == "external":
+    if side.start != "fork" or side.request.framework == EXTERNAL:
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -38,6 +38,7 @@ measuring worker must not import the other one): the declared count, or None.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from experiments.measure.backends import validate_op
 from models import (LSTM, Act, Attention, BatchNorm, ClassToken, Concat, Conv, Dense, Embed, Flatten, GlobalMeanPool,
@@ -106,25 +107,37 @@ COUNTS = {
 } | {kind: _reshape(lambda r, s: s) for kind in (Act, BatchNorm, LayerNorm, RMSNorm, GroupNorm, PosEmbed)}
 
 
-def _walk(layers: tuple, shape: tuple[int, ...], batch: int, trainable: bool, needs_dx: bool,
-          padding: bool, loops: bool) -> tuple[int, int, tuple[int, ...], bool]:
+@dataclass(frozen=True)
+class Counting:
+    """What a count is of and how: `batch` samples, weights trained or constant (`trainable`), the kernel taps on
+    zero padding counted (`padding`; XLA's count leaves them out), an LSTM's every step counted (`loops`; XLA's
+    counts a loop's body once)."""
+
+    batch: int
+    trainable: bool
+    padding: bool = True
+    loops: bool = True
+
+
+def _walk(layers: tuple, shape: tuple[int, ...], needs_dx: bool,
+          c: Counting) -> tuple[int, int, tuple[int, ...], bool]:
     """(forward, backward) FLOPs of `layers` on a per-sample channels-last `shape`; also the output shape and
     whether a gradient flows out of them (needs_dx: something upstream of them needs one)."""
     fwd = bwd = 0
     for layer in layers:
         if isinstance(layer, (Residual, Concat)):
-            f, b, out, needs_dx = _walk(layer.layers, shape, batch, trainable, needs_dx, padding, loops)
+            f, b, out, needs_dx = _walk(layer.layers, shape, needs_dx, c)
             fwd, bwd = fwd + f, bwd + b
             if isinstance(layer, Concat):
                 shape = (*shape[:-1], shape[-1] + out[-1])
             continue
         if type(layer) not in COUNTS:
             raise TypeError(f"no FLOP count for layer {layer!r}: add it to experiments/measure/flops.py")
-        f, own, own_back, shape = COUNTS[type(layer)](layer, shape, batch, padding, loops)
-        trained = trainable and isinstance(layer, (Dense, Conv, Attention))
+        f, own, own_back, shape = COUNTS[type(layer)](layer, shape, c.batch, c.padding, c.loops)
+        trained = c.trainable and isinstance(layer, (Dense, Conv, Attention))
         fwd += f + own
-        bwd += f * (needs_dx + trained) + own_back * (trainable or needs_dx)
-        needs_dx = needs_dx or (trainable and isinstance(layer, WEIGHTED))
+        bwd += f * (needs_dx + trained) + own_back * (c.trainable or needs_dx)
+        needs_dx = needs_dx or (c.trainable and isinstance(layer, WEIGHTED))
     return fwd, bwd, shape, needs_dx
 
 
@@ -136,7 +149,8 @@ def flops(spec: Model, op: str, batch: int, padding: bool = True, loops: bool = 
     if isinstance(spec, Network):
         return spec.flops(op, batch) if spec.flops else None
     # a constant-weight model is differentiated w.r.t. its input, so a gradient is wanted from the start
-    fwd, bwd, _, _ = _walk(spec.layers, spec.input_shape, batch, spec.trainable, not spec.trainable, padding, loops)
+    fwd, bwd, _, _ = _walk(spec.layers, spec.input_shape, not spec.trainable,
+                           Counting(batch, spec.trainable, padding, loops))
     if op == "inference":
         return fwd
     if op == "grad":

@@ -92,10 +92,10 @@ def top_markdown(p: OpProfile, title: str) -> str:
     return "\n".join(rows + [""] + [f"- {n}" for n in p.notes]) + "\n"
 
 
-def profile_op(backend, framework: str, spec, req: Request, op: str, batch: int, out: Path) -> OpResult:
-    """Build the op as a timed worker would, call it once (the compile) and warm it up, then profile a few steps;
-    the files go to `out` (trace, program, top.md, profile.json)."""
-    begin = time.perf_counter()
+def profile_op(backend, spec, req: Request, op: str, batch: int, out: Path) -> OpResult:
+    """Build the op as a timed worker would, call it once (the compile) and warm it up, then profile a few steps
+    with the request's framework; the files go to `out` (trace, program, top.md, profile.json)."""
+    begin, framework = time.perf_counter(), req.framework
     tracer = import_module(f"experiments.measure.backends.{framework}_profile")
     with tracer.capture(req.setup) as program:  # what the profiler needs compiled in, set before the build
         try:

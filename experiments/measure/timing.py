@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -72,19 +73,26 @@ def timed_block(fn: Callable[[], Any], sync: Callable[[Any], None], block: int, 
     return t1, (t1 - t0) / block
 
 
-def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
-            clock: Clock = time.perf_counter, inspect: Callable[[Any], None] = lambda out: None,
-            meter: Callable[[], dict[str, float]] = dict, between_sd: float | None = None) -> Measurement:
-    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI and the budget say stop.
+@dataclass(frozen=True)
+class Watch:
+    """What looks on while an op is timed, from outside the timed region: `inspect` sees the first output (the worker
+    checks which device it lives on); `meter` is read just before and just after the sampling (page faults, CPU
+    time, ...), and the Measurement keeps the change."""
 
-    `inspect` sees the first output, untimed (the worker checks which device it lives on). `meter` is read
-    just before and just after the sampling (page faults, CPU time, ...); the Measurement keeps the change.
-    `between_sd`: the spread between processes so far, which sets how narrow this process's CI need be (`target`).
+    inspect: Callable[[Any], None] = lambda out: None
+    meter: Callable[[], dict[str, float]] = dict
+
+
+def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
+            clock: Clock = time.perf_counter, watch: Watch = Watch(), between_sd: float | None = None) -> Measurement:
+    """Time `sync(fn())` per call: first call, warm-up, then blocks until the CI and the budget say stop, `watch`
+    looking on. `between_sd`: the spread between processes so far, which sets how narrow this process's CI need be
+    (`target`).
     """
     begin = clock()
-    first, warmup, block = start(fn, sync, budget, clock, inspect)
+    first, warmup, block = start(fn, sync, budget, clock, watch.inspect)
     samples: list[float] = []
-    before = meter()
+    before = watch.meter()
     begun = clock()
     while True:
         t1, per_call = timed_block(fn, sync, block, clock)
@@ -98,7 +106,7 @@ def measure(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget,
             reason = "samples"
         else:
             continue
-        after = meter()
+        after = watch.meter()
         change = {k: after[k] - before[k] for k in after}
         return Measurement(samples, block, first, reason, clock() - begin, change, warmup, t1 - begun)
 

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy.ma  # noqa: F401  np.median imports it on its first call: not inside the first op's sampling window
 import psutil
@@ -56,10 +57,21 @@ def validate_device(step, out, configured: str) -> str:
     return actual
 
 
-def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: int, device: str,
-               threads: int | None = None) -> OpResult:
+@dataclasses.dataclass(frozen=True)
+class Workbench:
+    """What each op of a request is measured with in this worker: the framework's backend, configured for the
+    request's set-up (on `device`), and the request's model, declared for this framework."""
+
+    backend: Any
+    spec: models.ModelSpec
+    req: Request
+    device: str
+
+
+def measure_op(bench: Workbench, op: str, batch: int, threads: int | None = None) -> OpResult:
     """One op, from building its model to its last sample; its peak memory counts from before the build.
     `threads`: the op's intra-op threads, flagged where they outnumbered the cores free while it was sampled."""
+    backend, spec, req = bench.backend, bench.spec, bench.req
     backend.reset_peak_memory()
     rss, hwm = resident()
     base = rss if reset_high_water() else hwm
@@ -69,8 +81,8 @@ def measure_op(backend, spec: models.ModelSpec, req: Request, op: str, batch: in
         return OpResult("skipped", reason=str(e))
     seen: list[str] = []
     hits = backend.cache_hits()
-    m = timing.measure(step.fn, step.sync, req.budget, inspect=lambda o: seen.append(validate_device(step, o, device)),
-                       meter=meter, between_sd=req.between.get(op))
+    watch = timing.Watch(inspect=lambda o: seen.append(validate_device(step, o, bench.device)), meter=meter)
+    m = timing.measure(step.fn, step.sync, req.budget, watch=watch, between_sd=req.between.get(op))
     peak = backend.peak_memory()
     d = m.meter
     busy = background_cores(d)
@@ -111,17 +123,17 @@ def main(request_path: str, results_path: str) -> int:
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     threads = intra_op_threads(env)
+    bench = Workbench(backend, spec, req, device)
     if req.paired:
-        return paired(backend, spec, req, device, Ready(env, machine, startup, threads, cores(), peak))
+        return paired(bench, Ready(env, machine, startup, threads, cores(), peak))
     with open(results_path, "a") as f:
         for point in req.points:
             # each op's model and state are freed before the next op is built
             if req.profile_dir:
                 where = Path(req.profile_dir) / f"bs{point.batch_size}"
-                ops = {op: profile.profile_op(backend, req.framework, spec, req, op, point.batch_size, where / op)
-                       for op in point.ops}
+                ops = {op: profile.profile_op(backend, spec, req, op, point.batch_size, where / op) for op in point.ops}
             else:
-                ops = {op: measure_op(backend, spec, req, op, point.batch_size, device, threads) for op in point.ops}
+                ops = {op: measure_op(bench, op, point.batch_size, threads) for op in point.ops}
             f.write(PointResult(point.batch_size, device, env, ops, peak, machine=machine,
                                 startup_s=startup).to_json() + "\n")
             f.flush()
@@ -129,10 +141,11 @@ def main(request_path: str, results_path: str) -> int:
     return 0
 
 
-def prepare(backend, spec: models.ModelSpec, req: Request, device: str, command: Command):
+def prepare(bench: Workbench, command: Command):
     """One op of a paired request, as a timed worker prepares it: build, first call (the device check), warm-up,
     block length, FLOPs and the memory it took. (the Step, its Prepared), or (None, a skipped Prepared) where the op
     can't run here."""
+    backend, spec, req = bench.backend, bench.spec, bench.req
     op, batch = command.op, command.batch_size
     backend.reset_peak_memory()
     rss, hwm = resident()
@@ -144,7 +157,7 @@ def prepare(backend, spec: models.ModelSpec, req: Request, device: str, command:
     seen: list[str] = []
     hits = backend.cache_hits()
     first, warmup, block = timing.start(step.fn, step.sync, req.budget,
-                                        inspect=lambda o: seen.append(validate_device(step, o, device)))
+                                        inspect=lambda o: seen.append(validate_device(step, o, bench.device)))
     peak = backend.peak_memory()
     ready = Prepared("ok", device=seen[0], first_call_s=first, warmup_s=warmup, block=block,
                      flops=counted(spec, req, op, batch),
@@ -154,12 +167,12 @@ def prepare(backend, spec: models.ModelSpec, req: Request, device: str, command:
     return step, ready
 
 
-def paired(backend, spec: models.ModelSpec, req: Request, device: str, ready: Ready) -> int:
+def paired(bench: Workbench, ready: Ready) -> int:
     """Serve a paired request: answer `Ready`, then per command prepare an op (`Prepared`; the previous op is freed
     first), time one `Burst` of it, or end. Between commands the worker waits in a read (the parent also stops it,
     threads and all, while another worker runs)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(req.paired)
+        sock.connect(bench.req.paired)
         commands = sock.makefile("rb")
         sock.sendall(ready.to_json().encode() + b"\n")
         step, prepared = None, None
@@ -169,7 +182,7 @@ def paired(backend, spec: models.ModelSpec, req: Request, device: str, ready: Re
                 break
             if command.do == "prepare":
                 step = None  # the previous op's model and state are freed before the next one is built
-                step, prepared = prepare(backend, spec, req, device, command)
+                step, prepared = prepare(bench, command)
                 sock.sendall(prepared.to_json().encode() + b"\n")
                 continue
             before = meter()

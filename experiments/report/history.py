@@ -4,6 +4,7 @@ MLflow here (the caller hands in each run's per-process medians).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -15,6 +16,17 @@ from experiments.report.tables import POINT
 from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict, judge
 
 Medians = Callable[[str, str], list[float]]  # (run id, op) -> that run's per-process medians
+
+
+@dataclass(frozen=True)
+class History:
+    """Each point's runs along an axis, judged: the series (`series`), the regressions table (`regressions`: one row
+    per change found), the axis's values in order, and the axis."""
+
+    series: pd.DataFrame
+    regressions: pd.DataFrame
+    values: list[str]
+    by: str
 
 
 def ordered(values, first_seen: pd.Series) -> list[str]:

@@ -3,6 +3,7 @@ axis with its change points. The only module that imports matplotlib (its Agg ba
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -14,6 +15,9 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from experiments.common.protocol import PARTS  # noqa: E402
 from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa: E402
 from experiments.measure.verdict import Verdict  # noqa: E402
+
+if TYPE_CHECKING:
+    from experiments.report.history import History
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}
@@ -93,11 +97,11 @@ def plot_samples(samples: dict, path: Path) -> Path:
     return path
 
 
-def plot_trend(s: pd.DataFrame, r: pd.DataFrame, values: list[str], by: str, model: str, op: str,
-               path: Path) -> Path:
-    """Median per call against `by`: a line per variant and batch size through its values' medians, a dot per
-    measuring process, and a dashed line where a level starts (red: slower, green: faster) with its ratio."""
-    s, r = (d[(d["model"] == model) & (d["op"] == op)] for d in (s, r))
+def plot_trend(h: History, model: str, op: str, path: Path) -> Path:
+    """Median per call against the history's axis: a line per variant and batch size through its values' medians, a
+    dot per measuring process, and a dashed line where a level starts (red: slower, green: faster) with its ratio."""
+    values, by = h.values, h.by
+    s, r = (d[(d["model"] == model) & (d["op"] == op)] for d in (h.series, h.regressions))
     fig, ax = plt.subplots(figsize=(8, 5.6))
     for (variant, bs), g in s.groupby(["variant", "batch_size"]):
         (line,) = ax.plot(g["position"], g["median_s"], marker="o", label=f"{variant} bs{bs}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dataclasses import dataclass
 from itertools import combinations
 
 from experiments.common.config import DEFAULT_BASELINE, OPS
@@ -156,17 +157,31 @@ def summary(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> pd.DataFrame:
     return s.reset_index(drop=True)
 
 
-def said(v: float, sure: bool, shown: bool, low: float, high: float, paired: bool, marked: bool) -> str:
-    """A speedup in the table: `0.66× [0.64, 0.68]` paired (in parentheses where its verdict is not slower or
-    faster), `(0.83×)` unpaired where the two intervals overlap; `unpaired` where the table has paired ones too."""
-    if pd.isna(v):
-        return ""
-    out = f"{v:.2f}×" if sure or v == 1 else f"({v:.2f}×)"
-    if paired and v != 1 and not pd.isna(low):
-        out += f" [{low:.2f}, {high:.2f}]"
-    elif marked and not paired:
-        out += " unpaired"
-    return out + ("" if shown else f" {UNSHOWN}")
+@dataclass(frozen=True)
+class Speedup:
+    """A speedup as the summary holds it: the ratio, whether it is sure (its verdict slower or faster; unpaired: the
+    two intervals apart), whether it is shown (`speedups`), its interval, and whether it was measured paired."""
+
+    ratio: float
+    sure: bool
+    shown: bool
+    low: float
+    high: float
+    paired: bool
+
+    def said(self, marked: bool) -> str:
+        """The speedup in the table: `0.66× [0.64, 0.68]` paired (in parentheses where its verdict is not slower or
+        faster), `(0.83×)` unpaired where the two intervals overlap; `unpaired` where the table has paired ones too
+        (`marked`)."""
+        v = self.ratio
+        if pd.isna(v):
+            return ""
+        out = f"{v:.2f}×" if self.sure or v == 1 else f"({v:.2f}×)"
+        if self.paired and v != 1 and not pd.isna(self.low):
+            out += f" [{self.low:.2f}, {self.high:.2f}]"
+        elif marked and not self.paired:
+            out += " unpaired"
+        return out + ("" if self.shown else f" {UNSHOWN}")
 
 
 def markdown(s: pd.DataFrame) -> str:
@@ -184,7 +199,7 @@ def markdown(s: pd.DataFrame) -> str:
         "95% re-run interval": [f"{fmt_time(a)} – {fmt_time(b)}" for a, b in zip(s["ci95_low_s"], s["ci95_high_s"])],
         "samples/s": s["throughput_samples_per_s"].map("{:.4g}".format),
         "MFU": s["mfu"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}"),
-        speedup.replace("_", " "): [said(*row, marked=bool(paired.any())) for row in
+        speedup.replace("_", " "): [Speedup(*row).said(marked=bool(paired.any())) for row in
                                     zip(s[speedup], sure.fillna(True), shown, low, high, paired)],
         "flags": [" ".join(f.upper() for f in FLAGS if f in s and row[f]) for _, row in s.iterrows()],
     })

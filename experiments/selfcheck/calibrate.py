@@ -238,13 +238,14 @@ def run(a: argparse.Namespace) -> int:
 
 def environments(workdir: Path, versions: dict[str, float]) -> list:
     """nnbench-planted's versions (version: slowdown), one environment each, built offline from a local index."""
-    from experiments.harness import envs  # packaging and the installers: only with --planted or --paired
+    from experiments.harness import envs, installers  # packaging and the installers: only with --planted or --paired
     from experiments.selfcheck import planted as plant
 
     url = plant.index(plant.wheels(workdir / "wheels", versions), workdir / "index")
-    how, base, index = envs.installer(), envs.packages(), envs.Index(url)
+    sources = envs.Sources(installers.Index(url), installers.installer(), workdir / "envs")
+    base = envs.packages()
     try:
-        return [envs.get(s, index, how, workdir / "envs", base)
+        return [envs.get(s, sources, base)
                 for s in envs.parse([f"{plant.PROJECT}=={','.join(versions)}"])]
     except envs.BuildError as e:
         raise BadInput(f"the planted environments can't be built: {e}") from None

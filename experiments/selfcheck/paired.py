@@ -87,7 +87,8 @@ def interleaved(sides: dict[float, tuple[pairs.Side, pairs.Side]], n: int, side_
                 a, b = sides[burst]
                 design = pairs.Design(burst_s=float(burst), rounds=max(1, round(side_s / burst)), trials=1,
                                       max_trials=1)
-                r = pairs.run_pair(a, b, cell, design, k, servers, out / f"{burst * 1e3:g}ms-{k}", rng)
+                workers = pairs.Workers([a, b], servers, out / f"{burst * 1e3:g}ms-{k}")
+                r = pairs.run_pair(workers, cell, design, k, rng)
                 results[burst].append(r)
                 ratio = f"B/A {math.exp(lr):.4f}" if (lr := r.log_ratio(1, 0)) is not None else f"FAILED: {r.failure}"
                 print(f"  pair {k + 1}/{n}, {burst * 1e3:g} ms bursts: {ratio} ({r.wall_s:.1f} s, other processes "
@@ -173,30 +174,35 @@ def run(a: argparse.Namespace) -> int:
     report(results, a.group)
     print(f"A/A in {time.perf_counter() - t0:.0f} s")
     if a.planted:
-        t0 = time.perf_counter()
-        old, new = (job([*PLANTED, f"model.depth={d}", *threads]) for d in PLANTED_DEPTH)
-        b = bursts[0]
-        sides = {b: (pairs.Side.of(old, f"depth={PLANTED_DEPTH[0]}", out / "cache-old"),
-                     pairs.Side.of(new, f"depth={PLANTED_DEPTH[1]}", out / "cache-new"))}
-        print(f"\nplanted: matmul_chain depth {PLANTED_DEPTH[1]} against {PLANTED_DEPTH[0]} "
-              f"({PLANTED_DEPTH[1] / PLANTED_DEPTH[0]:.2f}× the layers), {b * 1e3:g} ms bursts, {a.pairs} pairs")
-        planted = interleaved(sides, a.pairs, a.side_s, out / "planted")
-        report(planted, a.group)
-        lr = [r.log_ratio(1, 0) for r in planted[b] if ok(r)]
-        (v,) = judge_pairs([lr]) if lr else [None]
-        if v:
-            print(f"all {len(lr)} pairs: B/A {v.ratio:.4f} [{v.ci_low:.4f}, {v.ci_high:.4f}], {v.verdict} "
-                  f"(threshold {PAIRED_THRESHOLD:.0%})")
-        found = groups(planted[b], a.group)
-        alarms = groups(results[b], a.group)
-        print(f"{a.group}-pair groups: planted found (slower) in {found.count(Verdict.SLOWER)} of {len(found)}; "
-              f"A/A slower or faster in {alarms.count(Verdict.SLOWER) + alarms.count(Verdict.FASTER)} of {len(alarms)}")
-        print(f"planted in {time.perf_counter() - t0:.0f} s")
+        planted(a, bursts[0], threads, out, results[bursts[0]])
     if a.verdicts:
         verdicts(aa, a.verdicts, threads, out / "verdicts")
     loaded("after")
     print(f"pairs' files: {out}")
     return OK
+
+
+def planted(a: argparse.Namespace, b: float, threads: list[str], out: Path, aa: list[pairs.Trial]) -> None:
+    """--planted: the planted slowdown's pairs at the burst length `b`, every pair's ratio and all of them judged
+    together; the verdicts of its groups of `--group` pairs against those of the A/A pairs `aa` at that length."""
+    t0 = time.perf_counter()
+    old, new = (job([*PLANTED, f"model.depth={d}", *threads]) for d in PLANTED_DEPTH)
+    sides = {b: (pairs.Side.of(old, f"depth={PLANTED_DEPTH[0]}", out / "cache-old"),
+                 pairs.Side.of(new, f"depth={PLANTED_DEPTH[1]}", out / "cache-new"))}
+    print(f"\nplanted: matmul_chain depth {PLANTED_DEPTH[1]} against {PLANTED_DEPTH[0]} "
+          f"({PLANTED_DEPTH[1] / PLANTED_DEPTH[0]:.2f}× the layers), {b * 1e3:g} ms bursts, {a.pairs} pairs")
+    results = interleaved(sides, a.pairs, a.side_s, out / "planted")
+    report(results, a.group)
+    lr = [r.log_ratio(1, 0) for r in results[b] if ok(r)]
+    (v,) = judge_pairs([lr]) if lr else [None]
+    if v:
+        print(f"all {len(lr)} pairs: B/A {v.ratio:.4f} [{v.ci_low:.4f}, {v.ci_high:.4f}], {v.verdict} "
+              f"(threshold {PAIRED_THRESHOLD:.0%})")
+    found = groups(results[b], a.group)
+    alarms = groups(aa, a.group)
+    print(f"{a.group}-pair groups: planted found (slower) in {found.count(Verdict.SLOWER)} of {len(found)}; "
+          f"A/A slower or faster in {alarms.count(Verdict.SLOWER) + alarms.count(Verdict.FASTER)} of {len(alarms)}")
+    print(f"planted in {time.perf_counter() - t0:.0f} s")
 
 
 def rate(k: int, n: int) -> str:

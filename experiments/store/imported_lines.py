@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from experiments.common import lines
-from experiments.common.config import OPS, Config, Device, ExternalConf, FrameworkConf, Op, Precision, PrecisionConf, \
-    backends
+from experiments.common.config import EXTERNAL, OPS, Config, Device, ExternalConf, FrameworkConf, Op, Precision, \
+    PrecisionConf, backends
 from experiments.common.job import Job
 from experiments.common.protocol import Point
 from experiments.measure.reading import read
@@ -24,13 +24,13 @@ def config(mode: str, model: str, precision: str, device: str, ops: tuple[str, .
     """What a file says of its point, as a config: an nnbench variant's (jax-jit, torch-eager, ...), or
     framework=external named `mode`; the device it ran on as the one asked for; the schema's defaults for the rest
     (the bench keys, which a file does not know, are left unset)."""
-    fw, compiled = VARIANTS.get(mode, ("external", False))
+    fw, compiled = VARIANTS.get(mode, (EXTERNAL, False))
     if unknown := [op for op in ops if op not in OPS]:
         raise ValueError(f"operation {unknown[0]!r} is not one of {', '.join(OPS)}: fix the file's TIMING lines")
     asked = Device.gpu if device.startswith(("cuda", "gpu")) else (
         Device.cpu if device.startswith("cpu") else Device.auto)
     return Config(variant(fw, compiled), {"name": model}, PrecisionConf(Precision(precision)), ops=list(map(Op, ops)),
-                  device=asked, external=ExternalConf(mode if fw == "external" else None))
+                  device=asked, external=ExternalConf(mode if fw == EXTERNAL else None))
 
 
 def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, source: str) -> list[records.Record]:

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from omegaconf import OmegaConf
 
-from experiments.common.config import VARIANT_KEYS, Config, logged
+from experiments.common.config import EXTERNAL, VARIANT_KEYS, Config, logged
 from experiments.common.job import Job
 from experiments.common.protocol import Json, Measurement, OpResult, Point, PointResult, Ready
 from experiments.harness import pairs
@@ -47,7 +47,7 @@ def spans(key: str) -> bool:
 
 def paired(job: Job) -> bool:
     """Whether the job's points can be measured paired: nnbench's own worker (an external runner times itself)."""
-    return job.config.bench.paired and job.config.framework.name != "external"
+    return job.config.bench.paired and job.config.framework.name != EXTERNAL
 
 
 def cell_key(job: Job) -> str:
@@ -313,7 +313,7 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
               peaks: Path | None, overrides: list[str] = ()) -> Group:
     """Measure the group's jobs paired and pass each job's points on to its collector: read, judged against the
     baseline, saved, then profiled and logged. A signal keeps what the trials measured: every point saved as
-    interrupted, then Interrupted is raised; where SLURM runs the job again, nothing is saved (its next run measures
+    interrupted, then Signalled is raised; where SLURM runs the job again, nothing is saved (its next run measures
     the group from the start, as it does the points an unpaired job had in progress)."""
     group = Group(jobs, collectors, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
@@ -324,7 +324,7 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
                             checkpoint=interrupts.raise_pending)
     try:
         session.run(group.settled)
-    except interrupts.Interrupted as e:
+    except interrupts.Signalled as e:
         if not (collectors[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
             group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
         raise

@@ -3,7 +3,7 @@
 The handler notes the signal as every command's does (`common.interrupts`, whose modes these are). The worker runs in
 its own session, so a terminal's Ctrl-C reaches only this process; the handler kills the worker's process group
 itself. While a job measures (`graceful`), the handler does only that: the job then saves and logs the points the
-worker finished, records the point in progress as interrupted and raises `Interrupted` from a safe place. While Hydra
+worker finished, records the point in progress as interrupted and raises `Signalled` from a safe place. While Hydra
 composes and launches jobs in this process (`defer`), a signal waits for the next safe place (the next job's start,
 or the end of the sweep): raised inside Hydra's or OmegaConf's code it could turn into their own traceback and leave
 the parent run open. Elsewhere (checking the command line, waiting on a launcher's processes) the handler raises at
@@ -29,7 +29,10 @@ class Stop(BaseException):
     swallows it (Hydra would record it as one failed job and launch the next)."""
 
 
-class Interrupted(Stop):
+class Signalled(Stop):
+    """A signal stopped the sweep (`signum`), raised at a safe place: the sweep ends KILLED, exit 128 + `signum`
+    (`ending.stopped`). Outside a sweep a command's signal is `common.interrupts.Interrupted`, a KeyboardInterrupt."""
+
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
@@ -50,7 +53,7 @@ def _handle(signum: int, frame) -> None:
     at_once = noted.note(signum)
     _stopped_worker = stop_children(signum) or _stopped_worker
     if at_once:
-        raise Interrupted(noted.pending())
+        raise Signalled(noted.pending())
 
 
 def stop_children(signum: int | None = signal.SIGTERM) -> bool:
@@ -86,7 +89,7 @@ def deferred() -> contextlib.AbstractContextManager[None]:
 def raise_pending() -> None:
     """Raise if a signal came (the paired engine's checkpoint: a signal's worker kills end its trial, never later)."""
     if (signum := pending()) is not None:
-        raise Interrupted(signum)
+        raise Signalled(signum)
 
 
 def checkpoint() -> None:
@@ -99,4 +102,4 @@ def checkpoint() -> None:
     if graceful_now and not _stopped_worker:
         _stopped_worker = stop_children()  # a worker started after the signal came
     if not graceful_now or not _stopped_worker:
-        raise Interrupted(signum)
+        raise Signalled(signum)

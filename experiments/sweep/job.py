@@ -59,7 +59,7 @@ def run(cfg: DictConfig) -> None:
             interrupts.checkpoint()
             collectors = measured(this, group, state, sweep, in_launcher)
         timed(collectors, out, time.perf_counter() - start, this.config.profile)
-    except interrupts.Interrupted as e:
+    except interrupts.Signalled as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
         return launcher_stopped(e, group, state, out, hc.launcher)
@@ -73,7 +73,7 @@ def run(cfg: DictConfig) -> None:
         ending.end(sweep, this.config.report, "run")
 
 
-def launcher_stopped(e: interrupts.Interrupted, group: list[tuple[Job, Path]], state: SweepState, out: Path,
+def launcher_stopped(e: interrupts.Signalled, group: list[tuple[Job, Path]], state: SweepState, out: Path,
                      launcher: DictConfig) -> None:
     """A signal stopped the job in a launcher's process (joblib, submitit, SLURM), where the process that runs the
     sweep counts and closes it: at a SLURM time limit the job exits to run again, or, not requeued, its points not

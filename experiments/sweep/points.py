@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common.config import EXTERNAL
 from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.common.protocol import Json, OpResult, Point, PointResult
@@ -26,7 +27,7 @@ from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
 from experiments.sweep import console, interrupts, requeue
 
 log = logging.getLogger("nnbench")
-EXTERNAL = "framework=external runs a runner in another language: nnbench profiles only its own backends"
+NOT_PROFILED = "framework=external runs a runner in another language: nnbench profiles only its own backends"
 TIMES = "job.json"
 
 
@@ -100,7 +101,7 @@ class Points:
         self.profiling: list[Saved] = []  # being profiled, in the order the profiling worker reports them
         self.paired: dict[int, Paired] = {}  # per point, how it was compared with its cell's baseline (paired)
         self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
-        self.profiles = job.config.profile and job.config.framework.name != "external"
+        self.profiles = job.config.profile and job.config.framework.name != EXTERNAL
 
     @property
     def records(self) -> list[records.Record]:
@@ -163,7 +164,7 @@ class Points:
         if result.failure is not None:
             if interrupts.pending():  # the signal stopped the worker: the point keeps what it had
                 self.held.insert(0, i)
-                raise interrupts.Interrupted(interrupts.pending())
+                raise interrupts.Signalled(interrupts.pending())
             log.info("%s: measuring it again failed (%s); it keeps its processes",
                      records.run_name(self.job, self.job.points[i]), result.failure)
             return self.measured_all(i)
@@ -176,7 +177,7 @@ class Points:
             return self.again.append(i)
         self.measured_all(i)
 
-    def stopped(self, e: interrupts.Interrupted) -> None:
+    def stopped(self, e: interrupts.Signalled) -> None:
         """A signal stopped the job between its workers: the saved points keep their timings, unprofiled."""
         for waiting in self.waiting:
             self.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
@@ -185,7 +186,7 @@ class Points:
     def release(self, points: list[int]) -> None:
         """Held points saved with the processes they have (the load rule's workers are done or stopped)."""
         for i in points:
-            with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+            with contextlib.suppress(interrupts.Signalled):  # the caller raises once
                 self.measured_all(i)
 
     def held_points(self) -> tuple[Point, ...]:
@@ -198,7 +199,7 @@ class Points:
         self.release(self.held)
         self.held, self.again = self.again, []
 
-    def stop_remeasuring(self, e: interrupts.Interrupted) -> None:
+    def stop_remeasuring(self, e: interrupts.Signalled) -> None:
         """A signal stopped a load-rule worker: every held point saved with the processes it has, unprofiled."""
         self.release(self.held + self.again)
         self.held, self.again = [], []
@@ -234,7 +235,7 @@ class Points:
                                       paired=self.paired.get(self.job.points.index(point)))
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
-            rec = records.without_profile(rec, "unavailable", EXTERNAL)
+            rec = records.without_profile(rec, "unavailable", NOT_PROFILED)
         saved = Saved(point, reading, rec, self.job_dir / "points" / rec.slug)
         rec.save(saved.directory)
         return saved
@@ -244,12 +245,12 @@ class Points:
         signum = interrupts.pending()
         if self.in_launcher and requeue.runs_again(signum):  # left to the job's next run, not recorded
             log.info("%s: left to the job's next run", records.run_name(self.job, point))  # no tick: not measured
-            raise interrupts.Interrupted(signum)
+            raise interrupts.Signalled(signum)
         why = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
         saved = self.save(point, results, why)
         log.info("%s %s: INTERRUPTED (%s)", self.tick(), saved.record.run_name, saved.reading.interrupted)
         self.queued.append(saved)
-        raise interrupts.Interrupted(signum)
+        raise interrupts.Signalled(signum)
 
     def cut(self, i: int, why: str) -> None:
         """Point i as its processes so far measured it, saved as interrupted (KILLED) and queued to be logged."""
@@ -270,7 +271,7 @@ class Points:
         """A point that keeps its timings without a profile (failed or interrupted); saved and passed on."""
         saved.record = records.without_profile(saved.record, status, why)
         saved.record.save(saved.directory)
-        with contextlib.suppress(interrupts.Interrupted):  # the caller raises once
+        with contextlib.suppress(interrupts.Signalled):  # the caller raises once
             self.finished(saved)
 
     def to_profile(self) -> tuple[Point, ...]:
@@ -293,7 +294,7 @@ class Points:
                 self.unprofiled(rest, "interrupted", f"interrupted by {signal.Signals(signum).name} before it was "
                                 "profiled")
             self.profiling = []
-            raise interrupts.Interrupted(signum)
+            raise interrupts.Signalled(signum)
         files = self.job_dir / "process-profile" / "files" / f"bs{saved.point.batch_size}"
         try:
             saved.record = records.add_profile(saved.record, saved.reading, result, files, saved.directory)

@@ -14,7 +14,7 @@ import typing
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import models
-from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, PRECISIONS, VARIANT_KEYS, Config
+from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, EXTERNAL, PRECISIONS, VARIANT_KEYS, Config
 from experiments.common.errors import BadInput
 from experiments.common.job import Job
 from experiments.common.protocol import Point, Setup
@@ -120,7 +120,7 @@ def job(config: Config) -> Job:
     if not (os.path.isfile(this.python) and os.access(this.python, os.X_OK)):
         raise BadInput(f"runtime.python={this.python} is not an executable interpreter: give the path of a venv's "
                        "bin/python, or runtime.python=null")
-    if config.framework.name == "external":
+    if config.framework.name == EXTERNAL:
         try:
             external.validate(config.external.command, config.external.name, this.python)
         except ValueError as e:
@@ -138,7 +138,7 @@ def job(config: Config) -> Job:
 def jobs(configs: list[Config]) -> list[Job]:
     """Every job of a run or a sweep, validated, and each interpreter asked (all at once) whether it can measure."""
     validated = [job(c) for c in configs]
-    asks = {ask(j) for j in validated if j.config.framework.name != "external"}
+    asks = {ask(j) for j in validated if j.config.framework.name != EXTERNAL}
     answers = dict(zip(asks, manager.probe(list(asks))))
     for (python, fw, _, _), (problem, _) in answers.items():
         if problem and python == sys.executable:

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import yaml
 
-from experiments.common.config import logged
+from experiments.common.config import EXTERNAL, logged
 from experiments.common.job import Job
 from experiments.common.protocol import PointResult, Request
 from experiments.harness import external, manager
@@ -84,8 +84,8 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
     """How the job's workers are run: a runner in any language in their place, or nnbench's own, forked by the job's
     fork server (runtime.start=fork, when it can start) or spawned; and that server."""
     c = job.config
-    if c.framework.name == "external":
-        return partial(external.run, template=c.external.command, name=c.external.name, python=job.python), None
+    if c.framework.name == EXTERNAL:
+        return partial(external.run, runner=external.Runner(c.external.command, c.external.name, job.python)), None
     server = None
     if c.runtime.start == "fork":
         try:
@@ -93,8 +93,7 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
             server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
         except manager.ServerUnavailable as e:
             log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
-    return partial(manager.run, python=job.python, allocator=str(c.runtime.allocator), cache=cache,
-                   server=server), server
+    return partial(manager.run, launcher=manager.Launcher(job.python, str(c.runtime.allocator), cache, server)), server
 
 
 def between(results: list[list[PointResult]], ops: set[str], prior: float) -> dict[str, float]:
@@ -118,7 +117,7 @@ def measure_process(collector: Points, r: int, request: Request, measure: Callab
                 on_result=partial(collector.take, r))
     except Exception:  # a harness bug must not stop the sweep either
         collector.failed(r, traceback.format_exc())
-    except interrupts.Interrupted as e:  # the points measured to the end keep their timings, unprofiled
+    except interrupts.Signalled as e:  # the points measured to the end keep their timings, unprofiled
         collector.stopped(e)
         raise
     finally:
@@ -139,7 +138,7 @@ def remeasure(collector: Points, request: Request, measure: Callable) -> None:
                     on_result=partial(collector.retake, last=k == bench.remeasure - 1))
         except Exception:  # a harness bug must not stop the sweep either: the points keep what they have
             log.error("measuring far processes again failed: %s", traceback.format_exc().splitlines()[-1])
-        except interrupts.Interrupted as e:  # every point keeps what it has, unprofiled
+        except interrupts.Signalled as e:  # every point keeps what it has, unprofiled
             collector.stop_remeasuring(e)
             raise
         finally:

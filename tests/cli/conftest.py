@@ -49,11 +49,12 @@ class Planted:
 
     def python(self, version: str) -> str:
         """The interpreter of the version's environment (built now, or from the cache)."""
-        from experiments.harness import envs
+        from experiments.harness import envs, installers
 
         with self.offline():
             (spec,) = envs.parse([f"{plant.PROJECT}=={version}"])
-            return str(envs.get(spec, envs.Index(self.url), envs.installer(), self.cache, envs.packages()).python)
+            sources = envs.Sources(installers.Index(self.url), installers.installer(), self.cache)
+            return str(envs.get(spec, sources, envs.packages()).python)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import venv
 
 import pytest
 
-from experiments.harness import envs
+from experiments.harness import envs, installers
 from experiments.measure.environment import ENV_MANIFEST, fingerprint, spec_record
 from experiments.selfcheck import planted
 from tests.helpers import ROOT
@@ -54,11 +54,11 @@ def test_bad_specs_name_the_fix(args, message):
 
 def test_a_range_holds_its_ends_and_pre_releases_only_when_asked():
     vs = ["0.9.2", "0.10.0", "0.10.1", "0.10.2rc1", "0.10.2", "0.10.3.dev20260101", "0.11.0"]
-    assert envs.in_range(vs, "0.10.0..0.10.2") == ["0.10.0", "0.10.1", "0.10.2"]
-    assert envs.in_range(vs, "0.10.2..", pre=True) == ["0.10.2", "0.10.3.dev20260101", "0.11.0"]
-    assert envs.in_range(vs, "..0.10.0") == ["0.9.2", "0.10.0"]
+    assert installers.in_range(vs, "0.10.0..0.10.2") == ["0.10.0", "0.10.1", "0.10.2"]
+    assert installers.in_range(vs, "0.10.2..", pre=True) == ["0.10.2", "0.10.3.dev20260101", "0.11.0"]
+    assert installers.in_range(vs, "..0.10.0") == ["0.9.2", "0.10.0"]
     with pytest.raises(ValueError, match="is not A..B"):
-        envs.in_range(vs, "0.10.0")
+        installers.in_range(vs, "0.10.0")
 
 
 @pytest.mark.parametrize("output,line", [
@@ -73,7 +73,7 @@ def test_a_range_holds_its_ends_and_pre_releases_only_when_asked():
      "Could not find a version that satisfies the requirement x==9 (from versions: 1.0)"),
 ])
 def test_an_installers_failure_is_its_reason_in_one_line(output, line):
-    assert envs.reason(output) == line
+    assert installers.reason(output) == line
 
 
 def test_conflicts_and_dependents():
@@ -87,17 +87,17 @@ def test_conflicts_and_dependents():
 
 @pytest.mark.parametrize("how", ["uv", "pip"])
 def test_a_planted_environment_differs_in_the_pin_only(offline, index, tmp_path, how):
-    if how == "uv" and not envs.uv():
+    if how == "uv" and not installers.uv():
         pytest.skip("uv is not installed")
-    base, idx = envs.packages(), envs.Index(index)
+    base, sources = envs.packages(), envs.Sources(installers.Index(index), how, tmp_path)
     (spec,) = envs.parse(["nnbench-planted==1.5"])
-    env = envs.get(spec, idx, how, tmp_path, base)
-    assert env.how == "built" and env.manifest["changes"] == {"nnbench-planted": [None, "1.5"]}
+    env = envs.get(spec, sources, base)
+    assert env.origin == "built" and env.manifest.changes == {"nnbench-planted": (None, "1.5")}
     assert envs.diff(base, envs.packages(env.python)) == {"nnbench-planted": (None, "1.5")}
     out = subprocess.run([env.python, "-c", "import nnbench_planted as p, experiments; print(p.FACTOR)"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "1.3"  # the base's packages (nnbench among them) import too
-    assert envs.get(spec, idx, how, tmp_path, base).how == "cached"
+    assert envs.get(spec, sources, base).origin == "cached"
     rec = spec_record(env.python.parent.parent)
     assert rec == {"env_spec": "nnbench-planted==1.5", "env_changes": "nnbench-planted (none)→1.5",
                    "env_packages": "nnbench-planted", "nnbench_planted_version": "1.5"}
@@ -106,12 +106,12 @@ def test_a_planted_environment_differs_in_the_pin_only(offline, index, tmp_path,
 
 @pytest.mark.slow
 def test_a_changed_base_rebuilds_and_list_and_clean_manage_the_cache(offline, index, tmp_path):
-    base, idx, how = envs.packages(), envs.Index(index), envs.installer()
+    base, sources = envs.packages(), envs.Sources(installers.Index(index), installers.installer(), tmp_path)
     specs = envs.parse(["nnbench-planted==1.0,1.1"])
-    built = [envs.get(s, idx, how, tmp_path, base) for s in specs]
-    assert [m["spec"] for m in envs.listed(tmp_path)] == ["nnbench-planted==1.0", "nnbench-planted==1.1"]
+    built = [envs.get(s, sources, base) for s in specs]
+    assert [m.spec for m in envs.listed(tmp_path)] == ["nnbench-planted==1.0", "nnbench-planted==1.1"]
     moved = base | {"nnbench-gone": ("1.0", [])}  # this environment had a package more when they were built
-    assert envs.get(specs[0], idx, "pip", tmp_path, moved).how == "rebuilt"
+    assert envs.get(specs[0], envs.Sources(sources.index, "pip", tmp_path), moved).origin == "rebuilt"
     assert envs.clean(tmp_path, specs[1:]) == [built[1].python.parent.parent]
     assert envs.clean(tmp_path) == [built[0].python.parent.parent] and envs.listed(tmp_path) == []
 
@@ -119,16 +119,16 @@ def test_a_changed_base_rebuilds_and_list_and_clean_manage_the_cache(offline, in
 def test_a_version_the_index_lacks_is_one_line_and_leaves_nothing(offline, index, tmp_path):
     (spec,) = envs.parse(["nnbench-planted==9.9"])
     with pytest.raises(envs.BuildError) as e:
-        envs.get(spec, envs.Index(index), envs.installer(), tmp_path, envs.packages())
+        envs.get(spec, envs.Sources(installers.Index(index), installers.installer(), tmp_path), envs.packages())
     assert str(e.value).startswith("cannot install nnbench-planted==9.9: ") and "\n" not in str(e.value)
     assert "9.9" in str(e.value).split(": ", 1)[1]
     assert envs.listed(tmp_path) == [] and not any(p.is_dir() for p in tmp_path.iterdir())
 
 
 def test_the_index_lists_its_versions(offline, index):
-    assert envs.released("nnbench-planted", envs.Index(index)) == VERSIONS
+    assert installers.released("nnbench-planted", installers.Index(index)) == VERSIONS
     with pytest.raises(LookupError):
-        envs.released("nnbench-nosuch", envs.Index(index))
+        installers.released("nnbench-nosuch", installers.Index(index))
 
 
 @pytest.mark.slow
@@ -137,7 +137,8 @@ def test_the_index_lists_its_versions_with_a_fresh_venvs_pip(offline, index, tmp
     venv.create(tmp_path / "v", with_pip=True)
     (v_site,) = (tmp_path / "v").glob("lib/python*/site-packages")
     (v_site / "nnbench-test.pth").write_text("\n".join([str(ROOT), *site.getsitepackages()]))  # after its own pip
-    code = "import sys; from experiments.harness import envs; print(envs.released('nnbench-planted', envs.Index(sys.argv[1])))"
+    code = ("import sys; from experiments.harness import installers as i; "
+            "print(i.released('nnbench-planted', i.Index(sys.argv[1])))")
     r = subprocess.run([tmp_path / "v" / "bin" / "python", "-c", code, str(index)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == str(VERSIONS)
@@ -152,3 +153,18 @@ def test_the_manifest_is_what_the_worker_reads(tmp_path):
         "env_packages": "jax jaxlib ml-dtypes", "jax_version": "0.10.1", "jaxlib_version": "0.10.1",
         "ml_dtypes_version": "0.5.0"}
     assert spec_record(tmp_path / "nowhere") == {}
+
+
+def test_a_manifest_reads_and_writes_the_json_that_caches_hold(tmp_path):
+    """A cached environment's nnbench-env.json reads as a Manifest and is written back byte for byte."""
+    text = json.dumps({"spec": "jax==0.10.1", "pins": {"jax": "0.10.1", "jaxlib": "0.10.1"},
+                       "changes": {"jax": ["0.10.2", "0.10.1"], "ml-dtypes": [None, "0.5.0"]},
+                       "python": "/cache/jax-0.10.1-0123abcd/bin/python", "base_python": "/venv/bin/python",
+                       "base": "0123456789abcdef", "installer": "uv", "built": "2026-01-02 03:04:05", "build_s": 41.2},
+                      indent=1)
+    (tmp_path / ENV_MANIFEST).write_text(text)
+    m = envs.Manifest.read(tmp_path)
+    assert m.changes == {"jax": ("0.10.2", "0.10.1"), "ml-dtypes": (None, "0.5.0")} and m.build_s == 41.2
+    m.write(tmp_path)
+    assert (tmp_path / ENV_MANIFEST).read_text() == text
+    assert envs.Manifest.read(tmp_path / "nowhere") is None

@@ -58,7 +58,7 @@ def test_samples_give_the_statistics_and_a_missing_timing_fails_its_point():
     (f"{sys.executable} -c 'import time; time.sleep(30)'", "timed out: no exit within bench.timeout_s=0.5 s per point"),
 ])
 def test_a_bad_runner_fails_every_point_with_its_reason(tmp_path, command, reason):
-    out = external.run(REQUEST, tmp_path, 0.5 if "sleep" in command else 60, command, "Reference")
+    out = external.run(REQUEST, tmp_path, 0.5 if "sleep" in command else 60, external.Runner(command, "Reference"))
     assert [r.failure for r in out] == [reason, reason]
     if "boom" in command:
         assert "boom" in out[0].stderr_tail

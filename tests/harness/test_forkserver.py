@@ -29,7 +29,8 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     env = manager.environ("glibc", tmp_path / "cache")
     server = manager.ForkServer(sys.executable, framework, env, tmp_path / "server.log")
     try:
-        forked = manager.run(request(framework, framework == "jax"), tmp_path / "fork", 120, server=server)
+        forked = manager.run(request(framework, framework == "jax"), tmp_path / "fork", 120,
+                             launcher=manager.Launcher(server=server))
         side = pairs.Side(framework, request(framework, framework == "jax"), sys.executable, env, "fork", 120)
         with pairs.Workers([side], [server], tmp_path / "paired").start() as workers:  # a paired trial's worker
             trial = pairs.run_cell(workers, pairs.Cell(8, "inference"), pairs.Design(rounds=3), 0,
@@ -37,7 +38,8 @@ def test_forked_workers_measure_like_spawned_ones(tmp_path, framework):
     finally:
         server.close()
     assert server.proc.returncode == 0  # it ended when its requests did
-    spawned = manager.run(request(framework, framework == "jax"), tmp_path / "spawn", 120, cache=tmp_path / "cache")
+    spawned = manager.run(request(framework, framework == "jax"), tmp_path / "spawn", 120,
+                          launcher=manager.Launcher(cache=tmp_path / "cache"))
     for got in (forked, spawned):
         assert [r.failure for r in got] == [None, None]
         for r in got:

@@ -25,7 +25,7 @@ def request(n_points: int) -> Request:
 ])
 def test_crash_fails_only_its_point(tmp_path, fake_python, monkeypatch, fault, reason):
     monkeypatch.setenv("FAKE_FAULT", fault)
-    out = manager.run(request(4), tmp_path, timeout_s=60, python=fake_python)
+    out = manager.run(request(4), tmp_path, timeout_s=60, launcher=manager.Launcher(fake_python))
     # each worker measures one point, then dies in the next: ok, failed, ok, failed
     assert [r.batch_size for r in out] == [1, 2, 4, 8]
     assert [r.failure is not None for r in out] == [False, True, False, True]
@@ -38,7 +38,7 @@ def test_crash_fails_only_its_point(tmp_path, fake_python, monkeypatch, fault, r
 def test_hang_times_out_per_point(tmp_path, fake_python, monkeypatch):
     monkeypatch.setenv("FAKE_FAULT", "hang")
     t0 = time.monotonic()
-    out = manager.run(request(2), tmp_path, timeout_s=1.5, python=fake_python)
+    out = manager.run(request(2), tmp_path, timeout_s=1.5, launcher=manager.Launcher(fake_python))
     assert all(r.failure.startswith("timed out") for r in out)
     assert time.monotonic() - t0 < 20
 

@@ -270,7 +270,7 @@ def test_a_worker_that_dies_fails_only_its_cell_for_its_side(tmp_path, watched, 
 def test_an_op_a_side_cannot_run_is_skipped_without_bursts(tmp_path, torch_servers):
     """matmul_chain has constant weights: no training op; both sides say why, and no one bursts."""
     a, b = (side(tmp_path, n, model="matmul_chain", ops=("training",)) for n in "AB")
-    t = pairs.run_pair(a, b, pairs.Cell(2, "training"), pairs.Design(), 0, torch_servers, tmp_path,
+    t = pairs.run_pair(pairs.Workers([a, b], torch_servers, tmp_path), pairs.Cell(2, "training"), pairs.Design(), 0,
                        np.random.default_rng(0))
     assert t.failure is None and t.order == ""
     assert all(x.skipped.startswith("matmul_chain has constant weights") and not x.bursts for x in t.turns)

@@ -86,7 +86,7 @@ def run_profile(tmp_path, fw: str, name: str, op: str, compile: bool, batch: int
     backend.configure(setup)
     req = Request(fw, setup, {"name": name}, 0, budget("quick", warmup_s=0.01), (Point(batch, (op,)),))
     spec = tiny(name) if batch == 4 else models.load(name)
-    return profile.profile_op(backend, fw, spec, req, op, batch, tmp_path / op), spec
+    return profile.profile_op(backend, spec, req, op, batch, tmp_path / op), spec
 
 
 def check(r, spec, fw: str, op: str, out) -> OpProfile:

@@ -74,7 +74,7 @@ def test_a_worker_records_the_threads_each_op_ran():
         req = Request("torch", setup, {"name": "mlp_relu"}, 0, budget("quick", warmup_s=0.01, max_time_s=0.05),
                       (Point(2, ("inference",)),))
         threads = worker.intra_op_threads(worker.environment(backend, setup))
-        op = worker.measure_op(backend, models.load("mlp_relu"), req, "inference", 2, "cpu", threads)
+        op = worker.measure_op(worker.Workbench(backend, models.load("mlp_relu"), req, "cpu"), "inference", 2, threads)
     finally:
         torch.set_num_threads(before)
     assert threads == 1 and op.threads == 1 and op.metrics()["threads"] == 1

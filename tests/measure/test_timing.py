@@ -116,7 +116,7 @@ def test_inspect_sees_the_first_output_outside_the_timing():
         seen.append(out)
         clock.t += 5.0  # a slow check must not count as the first call or as a sample
 
-    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, inspect)
+    m = measure(fn, noop_sync, budget(warmup_s=0.01, min_samples=5, min_block_s=0.0), clock, timing.Watch(inspect))
     assert seen == [0]
     assert m.first_call_s == pytest.approx(0.001) and max(m.samples_s) == pytest.approx(0.001)
 
@@ -144,7 +144,7 @@ def test_meter_change_covers_the_sampling_only():
     clock = FakeClock()
     fn = op(clock, [1.0] + [0.01] * 10_000)  # a slow first call: outside the metered window
     m = measure(fn, noop_sync, budget(warmup_s=0.05, min_samples=5, min_block_s=0.0, min_time_s=0.0), clock,
-                meter=lambda: {"t": clock.t})
+                watch=timing.Watch(meter=lambda: {"t": clock.t}))
     assert m.meter["t"] == pytest.approx(sum(m.samples_s) * m.block)
     assert m.calls == len(m.samples_s) * m.block
 

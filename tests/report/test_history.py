@@ -41,7 +41,8 @@ def test_history_pages_hold_the_table_the_series_and_a_trend_plot(tmp_path):
     s = history.series(t, "jax_version", medians_of(levels))
     r = history.regressions(s)
     assert list(r["where"]) == ["0.10.2"] and list(r["verdict"]) == ["slower"]
-    files = {p.name for p in pages.write_history(s, r, ["0.10.0", "0.10.1", "0.10.2"], "jax_version", tmp_path, "t")}
+    h = history.History(s, r, ["0.10.0", "0.10.1", "0.10.2"], "jax_version")
+    files = {p.name for p in pages.write_history(h, tmp_path, "t")}
     assert {"report.md", "report.html", "regressions.csv", "series.csv", "trend_lenet_inference.png"} <= files
     assert "▲ 1.4" in (tmp_path / "report.md").read_text()
     assert pd.read_csv(tmp_path / "regressions.csv")["where"].astype(str).tolist() == ["0.10.2"]

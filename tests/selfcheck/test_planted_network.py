@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from experiments.common import config
-from experiments.harness import envs, pairs
+from experiments.harness import envs, installers, pairs
 from experiments.measure.verdict import judge_pairs
 from experiments.selfcheck import planted
 from experiments.sweep import commandline
@@ -25,7 +25,8 @@ def built(tmp_path_factory):
         mp.setenv("PIP_CONFIG_FILE", "/dev/null")
         mp.setenv("UV_OFFLINE", "1")
         specs = envs.parse([f"{planted.PROJECT}=={','.join(VERSIONS)}"])
-        return {v: envs.get(s, envs.Index(url), envs.installer(), root / "envs", envs.packages())
+        sources = envs.Sources(installers.Index(url), installers.installer(), root / "envs")
+        return {v: envs.get(s, sources, envs.packages())
                 for v, s in zip(VERSIONS, specs)}
 
 

@@ -101,13 +101,13 @@ os.kill(os.getpid(), signal.SIGTERM)
 print("went on", interrupts.pending())
 try:
     interrupts.checkpoint()
-except interrupts.Interrupted as e:
+except interrupts.Signalled as e:
     print("raised at the checkpoint", e.signum)
 interrupts.at_once()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)
-except interrupts.Interrupted:
+except interrupts.Signalled:
     print("raised at once")
 """
 

@@ -138,7 +138,7 @@ def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_ha
     collector = Points(j, tmp_path)
     for r in range(5):
         measure_process(collector, r, j.request(), workers)
-    with pytest.raises(interrupts.Interrupted):
+    with pytest.raises(interrupts.Signalled):
         remeasure(collector, j.request(), workers)
     (k,) = collector.done
     assert k.record.outcome == "ok" and len(k.reading.ops["inference"].measurements) == 5

@@ -91,7 +91,7 @@ def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
 def test_an_interrupted_profile_keeps_every_point_with_its_timings(job, tmp_path, monkeypatch):
     monkeypatch.setattr(processes.manager, "run", fake_measure([], profile_fault="worker killed by SIGKILL"))
     monkeypatch.setattr(interrupts, "pending", lambda: signal.SIGINT)
-    with pytest.raises(interrupts.Interrupted):
+    with pytest.raises(interrupts.Signalled):
         processes.run_job(job, tmp_path)
     kept = [records.Record.load(d) for d in sorted((tmp_path / "points").iterdir())]  # each saved as it ends
     assert len(kept) == 2 and {r.tags["profile"] for r in kept} == {"interrupted"}

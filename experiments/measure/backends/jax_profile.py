@@ -228,17 +228,25 @@ def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[Op
                 if "hlo_op" in stats:
                     thunks.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
                                    stats.get("hlo_module", "")))
-    for plane in data.planes if gpu else ():  # the kernels, on the GPU's stream lines (not XProf's summaries)
-        if plane.name.startswith("/device:GPU"):
-            for line in [line for line in plane.lines if line.name.startswith("Stream")] or plane.lines:
-                for e in line.events:
-                    if "hlo_op" in (stats := dict(e.stats)):
-                        thunks.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
-                                       stats.get("hlo_module", "")))
+    thunks += gpu_kernels(data) if gpu else []
     ops = [Op(a / 1e9, b / 1e9, op, module, False) for _, a, b, op, module in thunks]
     owner = region_owner(thunks, records, regions)
     ops += [Op(r[1] / 1e9, r[2] / 1e9, *t, True) for r in regions if (t := owner(r))]
     return sorted(marks), ops
+
+
+def gpu_kernels(data) -> list[tuple]:
+    """The GPU's kernels as thunks (thread, start ns, end ns, hlo op, hlo module), from its stream lines (not
+    XProf's summaries)."""
+    out = []
+    for plane in data.planes:
+        if plane.name.startswith("/device:GPU"):
+            for line in [line for line in plane.lines if line.name.startswith("Stream")] or plane.lines:
+                for e in line.events:
+                    if "hlo_op" in (stats := dict(e.stats)):
+                        out.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
+                                    stats.get("hlo_module", "")))
+    return out
 
 
 def region_owner(thunks: list[tuple], records: dict, regions: list[tuple]) -> Callable[[tuple], tuple | None]:

@@ -137,30 +137,7 @@ class Backend:
         x, y = spec.make_batch(batch, seed)
         x = to_input(x, spec.input, s.precision, self.device, s.memory_format)
         y = to_input(y, spec.target, s.precision, self.device, s.memory_format)
-        if op == "inference":
-            infer = jit(model)
-
-            def fn():
-                with torch.no_grad():
-                    return infer(x)
-        elif op == "grad":
-            loss = jit(make_loss(spec, model))
-            wrt = [p for p in model.parameters() if p.requires_grad] if spec.trainable else [x.requires_grad_()]
-
-            def fn():
-                value = loss(x, y)
-                return value, torch.autograd.grad(value, wrt)
-        else:
-            loss = jit(make_loss(spec, model))
-            opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
-            state = (*model.parameters(), *model.buffers())  # updated in place by each step
-
-            def fn():
-                opt.zero_grad(set_to_none=True)
-                value = loss(x, y)
-                value.backward()
-                opt.step()
-                return state, value
+        fn = call_of(op, spec, model, jit, (x, y))
         if mode == "reduce-overhead":
             fn = marked(fn)
         if not s.compile:
@@ -196,6 +173,37 @@ class Backend:
         return env
 
 
+def call_of(op: str, spec: Model, model: nn.Module, jit, batch: tuple[torch.Tensor, torch.Tensor]):
+    """One call of `op` on the model and the batch (x, y) as they sit on the device, the forward (or forward and loss)
+    through `jit` (torch.compile, or as it is): the output, or the loss and the gradients, or one Adam step."""
+    x, y = batch
+    if op == "inference":
+        infer = jit(model)
+
+        def fn():
+            with torch.no_grad():
+                return infer(x)
+        return fn
+    loss = jit(make_loss(spec, model))
+    if op == "grad":
+        wrt = [p for p in model.parameters() if p.requires_grad] if spec.trainable else [x.requires_grad_()]
+
+        def fn():
+            value = loss(x, y)
+            return value, torch.autograd.grad(value, wrt)
+        return fn
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
+    state = (*model.parameters(), *model.buffers())  # updated in place by each step
+
+    def fn():
+        opt.zero_grad(set_to_none=True)
+        value = loss(x, y)
+        value.backward()
+        opt.step()
+        return state, value
+    return fn
+
+
 class _GlobalOnly(contextlib.nullcontext):
     """All that FlopCounterMode asks of its module tracker when only the global total is kept."""
 
@@ -227,20 +235,21 @@ def count_flops(fn) -> int:
 # The counter has no formula for the CPU's fused attention and LSTM kernels (it counted 0 for both): these are
 # torch's own formulas for its GPU attention kernels (both bmm's of the scores and of the values, and the four of
 # their gradients), and the LSTM's matmuls (4 gates × (input + hidden) per step; the backward twice that: the
-# weights' gradients and those of the input and the previous step).
-def _sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+# weights' gradients and those of the input and the previous step). torch calls a formula with the shapes of the op's
+# arguments, and `out_shape=` among its keywords, which these leave in **kwargs.
+def _sdpa(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
     return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
-def _lstm(input_shape, w_ih_shape, w_hh_shape, *args, out_shape=None, **kwargs) -> int:
+def _lstm(input_shape, w_ih_shape, w_hh_shape, *args, **kwargs) -> int:
     return 2 * math.prod(input_shape[:-1]) * w_ih_shape[0] * (w_ih_shape[1] + w_hh_shape[1])
 
 
-def _lstm_backward(input_shape, w_ih_shape, w_hh_shape, *args, out_shape=None, **kwargs) -> int:
+def _lstm_backward(input_shape, w_ih_shape, w_hh_shape, *args, **kwargs) -> int:
     return 2 * _lstm(input_shape, w_ih_shape, w_hh_shape)
 
 

@@ -128,46 +128,58 @@ def walk(mark, events: list, kernels: list, op: str, eager: bool) -> Traced:
     """The ops of one step: the top-level events inside its range on any thread (the autograd engine may run
     the backward on a thread of its own), containers opened, backward nodes placed after the forward ops."""
     s0, s1 = mark.time_range.start, mark.time_range.end
-    spans: list[Span] = []
-    forward: dict[int, str] = {}  # autograd sequence number -> the forward op's category
-    owner: dict[int, str] = {}  # event id (a kernel's linked correlation id) -> the category of its op
-    backward: list[tuple] = []
-
-    def visit(e, context: list[str]) -> None:
-        if TORCH_CONTAINERS.match(e.name):
-            for c in e.cpu_children:
-                visit(c, context + [e.name])
-        elif e.name.startswith(BACKWARD):
-            backward.append((e, context))
-        else:
-            add(e, category(e.name, context, op, eager), sequence=True)
-
-    def add(e, cat: str, sequence: bool = False) -> None:
-        spans.append(Span(e.name.removeprefix(BACKWARD), cat, e.time_range.start / 1e6, e.time_range.end / 1e6))
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            owner[x.id] = cat
-            if sequence and x.sequence_nr >= 0:
-                forward.setdefault(x.sequence_nr, cat)
-            stack.extend(x.cpu_children)
-
+    ops = StepOps(op, eager)
     for e in mark.cpu_children:
-        visit(e, [mark.name])
+        ops.visit(e, [mark.name])
     for e in events:  # the backward on the autograd engine's own threads (CUDA)
         if e.cpu_parent is None and e is not mark and e.thread != mark.thread and s0 <= e.time_range.start < s1:
-            visit(e, [])
-    for e, context in backward:
-        node = e.name.removeprefix(BACKWARD)
-        if any(c.startswith("Optimizer.") for c in context):
-            add(e, "optimizer")
-        elif "AccumulateGrad" in node:  # a gradient handed to its parameter for the optimizer, or handed out
-            add(e, "optimizer" if op == "training" else "copy")
-        else:
-            add(e, forward.get(e.sequence_nr) or first_match(TORCH_BACKWARD, node))
+            ops.visit(e, [])
+    ops.place_backward()
+    spans = ops.spans
     if kernels:  # on a GPU the ops are the kernels: each in its launching op's category
-        spans = [Span(k.name, owner.get(k.linked_correlation_id) or category(k.name, [], op, eager=False),
+        spans = [Span(k.name, ops.owner.get(k.linked_correlation_id) or category(k.name, [], op, eager=False),
                       k.time_range.start / 1e6, k.time_range.end / 1e6) for k in kernels
                  if s0 <= k.time_range.start < s1]
     return Traced(s0 / 1e6, s1 / 1e6, spans)
 
+
+class StepOps:
+    """One step's ops as `walk` meets them: the spans so far, and what places the rest (a backward node after the
+    forward ops, a kernel by the op that launched it)."""
+
+    def __init__(self, op: str, eager: bool):
+        self.op, self.eager = op, eager
+        self.spans: list[Span] = []
+        self.forward: dict[int, str] = {}  # autograd sequence number -> the forward op's category
+        self.owner: dict[int, str] = {}  # event id (a kernel's linked correlation id) -> the category of its op
+        self.backward: list[tuple] = []  # (backward node, its context), placed once every forward op is
+
+    def visit(self, e, context: list[str]) -> None:
+        if TORCH_CONTAINERS.match(e.name):
+            for c in e.cpu_children:
+                self.visit(c, context + [e.name])
+        elif e.name.startswith(BACKWARD):
+            self.backward.append((e, context))
+        else:
+            self.add(e, category(e.name, context, self.op, self.eager), sequence=True)
+
+    def add(self, e, cat: str, sequence: bool = False) -> None:
+        self.spans.append(Span(e.name.removeprefix(BACKWARD), cat, e.time_range.start / 1e6, e.time_range.end / 1e6))
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            self.owner[x.id] = cat
+            if sequence and x.sequence_nr >= 0:
+                self.forward.setdefault(x.sequence_nr, cat)
+            stack.extend(x.cpu_children)
+
+    def place_backward(self) -> None:
+        """Each backward node in the optimizer, a copy, its forward op's category or else its own name's."""
+        for e, context in self.backward:
+            node = e.name.removeprefix(BACKWARD)
+            if any(c.startswith("Optimizer.") for c in context):
+                self.add(e, "optimizer")
+            elif "AccumulateGrad" in node:  # a gradient handed to its parameter for the optimizer, or handed out
+                self.add(e, "optimizer" if self.op == "training" else "copy")
+            else:
+                self.add(e, self.forward.get(e.sequence_nr) or first_match(TORCH_BACKWARD, node))
