@@ -6,16 +6,17 @@ The rows' JSON (`as_json`) is versioned by SCHEMA: a change that renames or rety
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
 import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from experiments.common.child import run_to_end
-from experiments.common.config import ROOT
+from experiments.common.config import ROOT, Config
 from experiments.common.errors import BadInput
 from experiments.common.protocol import Json
 from experiments.measure.verdict import Verdict
@@ -115,6 +116,11 @@ def axis(text: str) -> tuple[str, list[str]]:
     key = override.get_key_element()
     if len(values) < 2:  # not a sweep: the one value the override sets
         raise BadInput(f"{text!r} gives one value: a paired comparison needs two or more, e.g. {key}=A,B")
+    known = sorted(f.name for f in fields(Config))
+    if (root := key.split(".")[0]) not in known:  # a typo, caught before any sweep starts
+        near = difflib.get_close_matches(root, known, n=1)
+        raise BadInput(f"{root} is not a key of the config{f' (did you mean {near[0]}?)' if near else ''}: "
+                       f"e.g. framework=jax,torch or framework.compile=true,false")
     if not cells.spans(key):
         raise BadInput(f"{key} fixes a cell, so its values can't be paired: compare values of "
                        f"{', '.join(cells.VARIANT_KEYS)} (e.g. framework.compile=true,false), or sweep {key} with "

@@ -32,6 +32,7 @@ def exit_code(argv: list[str]) -> int:
     (["framework.compile=true"], "'framework.compile=true' gives one value: a paired comparison needs two or more"),
     (["model=lenet,resnet"], "model fixes a cell, so its values can't be paired: compare values of framework, "),
     (["batch_size=2,4", "framework=torch"], "batch_size fixes a cell"),
+    (["framwork=jax,torch", "model=lenet"], "framwork is not a key of the config (did you mean framework?)"),
     (["framework=[jax"], "'framework=[jax' is not AXIS=A,B ("),
     (["framework=jax,torch", "framework=jax"], "framework is the axis compared: set it only once"),
     (["framework=external,torch", "external.name=Reference",
