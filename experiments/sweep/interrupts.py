@@ -50,9 +50,9 @@ def install(*also: int) -> None:
 
 def _handle(signum: int, frame) -> None:
     global _stopped_worker
-    at_once = noted.note(signum)
+    now = noted.note(signum)
     _stopped_worker = stop_children(signum) or _stopped_worker
-    if at_once:
+    if now:
         raise Signalled(noted.pending())
 
 
