@@ -13,9 +13,10 @@ machine.
 
 The same wheels declare a network measured in nnbench's own worker, so that a paired comparison can interleave it
 (an external runner times itself): entry point `planted` in the group `nnbench.models` (`model=planted`), a chain of
-`depth` n×n matmuls (a torch and a Flax side, with a weight map) whose timed step makes round(depth × FACTOR) of them,
-the planted ones applying the first layers' weights again. The declaration (inputs, weights, batch sizes) is the same
-in every version; the installed version decides the work in the step.
+round(depth × FACTOR) n×n matmuls, each with its own weights (a torch and a Flax side, with a weight map), so the
+slower version's step does FACTOR times the work in all of it: forward, backward and Adam's update, which at these
+sizes is most of a training step. The keys (`n`, `depth`) and batch sizes are the same in every version; the
+installed version decides the work in the step.
 `nnbench calibrate --planted` and `--paired`, and tests/cli/test_versions.py use them.
 """
 from __future__ import annotations
@@ -51,22 +52,22 @@ def op(ms: float) -> None:
         pass
 '''
 
-NETWORK = '''"""nnbench's planted network: `depth` n×n matmuls, and round(depth × (FACTOR − 1)) more in the same step."""
+NETWORK = '''"""nnbench's planted network: round(depth × FACTOR) n×n matmuls, each its own layer, in one step."""
 import models
 from nnbench_planted import FACTOR
 
 
 def calls(depth: int) -> int:
-    """Matmuls per step: the chain's own and the planted ones (layer i's weights for call depth + i)."""
+    """Layers, and matmuls per step: the chain's own `depth` and the planted ones."""
     return round(depth * FACTOR)
 
 
 def build(n: int = 500, depth: int = 40):
-    """Inputs of n features; the weights are declared once, whatever the version."""
+    """Inputs of n features; the planted layers are weights like the others (the optimizer updates them too)."""
     return models.Network(torch=lambda: torch_chain(n, depth), flax=lambda: flax_chain(n, depth),
                           input=models.Array((n,)), target=None, loss="mean",
                           batch_sizes={"inference": (32,), "training": (32,)},
-                          weights={f"layers.{i}.kernel": f"layers.{i}.weight" for i in range(depth)})
+                          weights={f"layers.{i}.kernel": f"layers.{i}.weight" for i in range(calls(depth))})
 
 
 def torch_chain(n, depth):
@@ -75,11 +76,11 @@ def torch_chain(n, depth):
     class Chain(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = torch.nn.ModuleList(torch.nn.Linear(n, n, bias=False) for _ in range(depth))
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(n, n, bias=False) for _ in range(calls(depth)))
 
         def forward(self, x):
-            for i in range(calls(depth)):
-                x = self.layers[i % depth](x)
+            for layer in self.layers:
+                x = layer(x)
             return x
 
     return Chain()
@@ -90,11 +91,11 @@ def flax_chain(n, depth):
 
     class Chain(nnx.Module):
         def __init__(self, rngs):
-            self.layers = nnx.List([nnx.Linear(n, n, use_bias=False, rngs=rngs) for _ in range(depth)])
+            self.layers = nnx.List([nnx.Linear(n, n, use_bias=False, rngs=rngs) for _ in range(calls(depth))])
 
         def __call__(self, x):
-            for i in range(calls(depth)):
-                x = self.layers[i % depth](x)
+            for layer in self.layers:
+                x = layer(x)
             return x
 
     return Chain(nnx.Rngs(0))
