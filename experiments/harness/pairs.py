@@ -4,7 +4,8 @@ ones stopped, in fresh trials. Parent side.
 A *side* is one variant (a framework set-up, an environment); a *cell* is one point's op (batch size and op); a
 *trial* is one fresh worker per side that goes through the cells one after another: for each cell, every worker
 prepares it (built, compiled, warmed up, one at a time), then `Design.rounds` rounds of one burst per side, only one
-worker running at a time. The next cell frees the previous one's model.
+worker running at a time (fewer rounds where one call outlasts a burst: `rounds_for`). The next cell frees the
+previous one's model.
 
 Why: a process's speed drifts in plateaus of about a second on a shared machine, and each process settles at a level
 of its own, so sides measured one after another differ by more than the changes worth finding. Interleaving
@@ -21,6 +22,7 @@ callers use this module's names.
 """
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,14 +32,15 @@ from typing import Any, Callable
 import numpy as np
 
 from experiments.common.config import EXTERNAL
-from experiments.harness.trials import (BURST_S, MAX_TRIALS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared, Design,
-                                        Side, Trial, Turn, cells_of, letter)
+from experiments.common.protocol import Burst
+from experiments.harness.trials import (BURST_S, MAX_TRIALS, MIN_ROUNDS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared,
+                                        Design, Side, Trial, Turn, cells_of, letter)
 from experiments.harness.turns import PairedWorker, PairFailed, Workers, server, stopped
 from experiments.measure.meter import meter
 
-__all__ = ["BURST_S", "MAX_TRIALS", "ORDERS", "ROUNDS", "TRIAL", "TRIALS", "Cell", "Compared", "Design", "Judged",
-           "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
-           "compare", "orders", "run_cell", "run_pair", "server", "stopped"]
+__all__ = ["BURST_S", "MAX_TRIALS", "MIN_ROUNDS", "ORDERS", "ROUNDS", "TRIAL", "TRIALS", "Cell", "Compared", "Design",
+           "Judged", "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
+           "compare", "orders", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
 
 def orders(design: Design, index: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
     """The sides' order in each round of trial `index`: rotating (AB, BA, AB, ... for two sides; each side first in
@@ -46,6 +49,18 @@ def orders(design: Design, index: int, sides: list[int], rng: np.random.Generato
         return [list(rng.permutation(sides)) for _ in range(design.rounds)]
     k = len(sides)
     return [sides[(r + index) % k:] + sides[:(r + index) % k] for r in range(design.rounds)]
+
+
+def rounds_for(design: Design, first: list[Burst]) -> int:
+    """A cell's rounds, from its first round's bursts: `design.rounds`, or fewer where a side's burst took over twice
+    its length (a burst is then one long call): as many as give each side `design.rounds` bursts' worth of samples,
+    at least MIN_ROUNDS, and a whole number of rotations, so each side goes first equally often."""
+    longest = max(b.meter.get("wall_s", design.burst_s) for b in first)
+    if longest <= 2 * design.burst_s:
+        return design.rounds
+    wanted = max(MIN_ROUNDS, math.ceil(design.rounds * design.burst_s / longest))
+    k = len(first)
+    return min(design.rounds, math.ceil(wanted / k) * k)
 
 
 def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator,
@@ -63,13 +78,16 @@ def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.r
         trial.turns[i].prepared = live[i].prepare(cell)
         live[i].stop() if turns else None
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]
-    before, cpu = meter(), sum(w.cpu_s() for w in live)
-    for seq in orders(design, index, ok, rng) if ok else ():
+    before, cpu, rounds = meter(), sum(w.cpu_s() for w in live), design.rounds
+    for r, seq in enumerate(orders(design, index, ok, rng) if ok else ()):
+        if r == rounds:
+            break
         for i in seq:
             live[i].cont() if turns else None
             trial.turns[i].bursts.append(live[i].burst(design.burst_s))
             live[i].stop() if turns else None
             trial.order += letter(i)
+        rounds = rounds_for(design, [trial.turns[i].bursts[0] for i in ok]) if r == 0 else rounds
     after = meter()
     trial.meter = {k: after[k] - before[k] for k in after} | {"workers_cpu_s": sum(w.cpu_s() for w in live) - cpu}
     trial.wall_s = time.perf_counter() - t0

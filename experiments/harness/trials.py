@@ -21,6 +21,7 @@ BURST_S = 0.02
 ROUNDS = 75  # bursts per side per trial and cell: 1.5 s of each side's samples
 TRIALS = 6  # fresh trials per cell, at first
 MAX_TRIALS = 12  # an unsettled cell gets more trials, up to this many
+MIN_ROUNDS = 6  # where one call outlasts a burst, rounds give each side rounds × burst_s of samples, at least these
 ORDERS = ("abba", "random")  # the sides' order within each round: rotating (AB, BA, AB, ...) or drawn at random
 TRIAL = "trial-{}.json"  # each trial's cell, every burst's samples, in the cell's directory
 

@@ -202,6 +202,20 @@ def test_a_lone_side_is_never_stopped(tmp_path, watched, lent):
     assert [w.family for w in watched.live] == [[]] and not loud(watched)  # stop() was never called
 
 
+def test_a_cell_whose_calls_outlast_a_burst_takes_fewer_rounds_of_the_same_samples():
+    def burst(wall_s):
+        return Burst([wall_s], {"wall_s": wall_s})
+
+    design = pairs.Design(burst_s=0.02, rounds=25)  # 0.5 s of each side's samples per trial
+    assert pairs.rounds_for(design, [burst(0.021), burst(0.02)]) == 25  # a burst's worth of calls: all rounds
+    assert pairs.rounds_for(design, [burst(0.021), burst(0.039)]) == 25  # a call or two a burst: as asked
+    assert pairs.rounds_for(design, [burst(0.021), burst(0.05)]) == 10  # 10 × 50 ms: the same 0.5 s
+    assert pairs.rounds_for(design, [burst(0.3), burst(0.1)]) == pairs.MIN_ROUNDS  # a median of no fewer rounds
+    assert pairs.rounds_for(design, [burst(0.07)] * 3) == 9  # whole rotations: each side first as often
+    assert pairs.rounds_for(pairs.Design(rounds=4), [burst(0.3), burst(0.3)]) == 4  # never more than asked
+    assert pairs.rounds_for(design, [Burst([0.3]), Burst([0.3])]) == 25  # unmetered bursts: as asked
+
+
 def test_the_rounds_order_rotates_each_side_first_in_turn():
     rng = np.random.default_rng(0)
     abba = pairs.Design(rounds=4)
