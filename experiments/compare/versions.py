@@ -83,7 +83,7 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
     --fail-on-regression where a version is slower than the one before it) and its answer."""
     from experiments.compare import paired  # the sweep and the store: only once the environments exist
     from experiments.store import tracking
-    from experiments.store.parent import parent_run
+    from experiments.store.parent import ending, parent_run
 
     s, (name, params) = v.sweep, named(v, built)
     name, out = f"{name} · paired", Path(tempfile.mkdtemp(prefix="nnbench-versions-")) / "sweep"
@@ -92,10 +92,9 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params | {"paired": "true"}, kind="versions") as run:
         code = paired.sweep(overrides, out, s.uri, s.experiment, run.run_id, quiet=s.quiet)
+        run.status = ending(interrupted=code in paired.STOPPED, failed=code != OK)
         if code in paired.STOPPED:  # the sweep said so in its one line
-            run.status = "KILLED"
             return code, {}
-        run.status = "FINISHED" if code == OK else "FAILED"
         rows = paired.verdicts(out)
         answer = json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
                                            sweep_dir=str(out), exit=code)) | {"parent_run_id": run.run_id}
@@ -127,7 +126,7 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
     exit code and its answer."""
     from experiments.harness.envs import describe  # packaging and mlflow: only once the environments exist
     from experiments.store import tracking
-    from experiments.store.parent import parent_run
+    from experiments.store.parent import ending, parent_run
 
     s, (name, params) = v.sweep, named(v, built)
     params |= {"repeats": s.repeats} | {f"env.{i}.{k}": x for i, e in enumerate(built) for k, x in (
@@ -135,7 +134,7 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params, kind="versions") as run:
         code = environments.across(s, [e.python for e in built], run.run_id)
-        run.status = "FINISHED" if code == OK else "FAILED"
+        run.status = ending(failed=code != OK)
         sweeps = store.search(s.experiment, f"tags.mlflow.parentRunId = '{run.run_id}'")
         print(f"\nversions: parent run {run.run_id} ({name})")
         if len(built) < 2 or sweeps.empty:

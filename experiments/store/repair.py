@@ -14,6 +14,7 @@ import logging
 from collections import defaultdict
 from pathlib import Path
 
+from experiments.store.parent import Parent, ending
 from experiments.store.tracking import POINT_DIR, SWEEP, Store, is_complete
 from experiments.store.records import Record
 from experiments.store.sweepdir import MARKER, Sweep
@@ -56,7 +57,7 @@ def close_stale(store: Store, experiment_id: str) -> None:
             sweep = Sweep(Path(run.data.params.get("sweep_dir", "/nonexistent")))
             if not sweep.state.exists() or sweep.running() or sweep.read().parent_run_id != run_id:
                 continue
-            store.set_status(run_id, "KILLED" if sweep.read().ended == "interrupted" else "FAILED")
+            Parent(store, run_id).close(ending(sweep.read().ended == "interrupted", failed=True), quiet=False)
         elif POINT_DIR in tags:
             sweep = Sweep.above(Path(tags[POINT_DIR]))
             if sweep is None or sweep.running():

@@ -87,6 +87,7 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     `sweep_dir`: where the paired trials' evidence is."""
     from experiments.report import answer, pages, tables  # matplotlib and mlflow are slow to import: only at the end
     from experiments.store import tracking
+    from experiments.store.parent import Parent
 
     store = tracking.Store(state.uri)
     runs = store.children(state.experiment_id, state.parent_run_id)
@@ -110,13 +111,15 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
             if wall_s is not None:
                 print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
-        store.finish_parent(state.parent_run_id, Path(tmp), status, note, metrics, answer.environment(runs) | tags)
+        Parent(store, state.parent_run_id, status).finish(Path(tmp), note, answer.environment(runs) | tags, metrics)
     return len(runs), answer.slower(t, baseline) if not t.empty else []
 
 
 def finish(sweep: Sweep, report) -> int:
     """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code (1
     where `report.fail_on_regression` and a variant is slower than the baseline)."""
+    from experiments.store.parent import ending  # mlflow is slow to import: only at the end
+
     baseline = report.baseline
     state = sweep.read()
     o = outcome(sweep, state)
@@ -125,7 +128,7 @@ def finish(sweep: Sweep, report) -> int:
     problem = o.store_error
     if state.parent_run_id and not problem:
         try:
-            status = "FINISHED" if complete else "KILLED" if cut else "FAILED"
+            status = ending(interrupted=bool(cut), failed=not complete)
             n, slower = close_parent(state, status, o, baseline, time.time() - state.start, sweep.directory)
             print(f"\n{n} runs under parent {state.parent_run_id} in {state.uri}")
             where = "" if state.uri.startswith("http") else " (after `nnbench ui`)"
@@ -175,28 +178,29 @@ def stopped(e: interrupts.Stop) -> int:
     head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
     sweep = opening.ACTIVE
     try:
-        print(f"{head}{close_stopped(sweep, 'KILLED' if signum else 'FAILED')}", file=sys.stderr)
+        print(f"{head}{close_stopped(sweep, interrupted=bool(signum))}", file=sys.stderr)
     except Exception as err:  # the state or the records can't be read: still one line
         print(f"{head}: could not close the sweep ({first_line(err)}); {UPLOAD} {getattr(sweep, 'directory', '.')} "
               "logs what is kept", file=sys.stderr)
     return 128 + signum if signum else 1
 
 
-def close_stopped(sweep: Sweep | None, status: str) -> str:
-    """Close a stopped sweep's parent run; the rest of its last line."""
+def close_stopped(sweep: Sweep | None, interrupted: bool) -> str:
+    """Close a stopped sweep's parent run (`interrupted`: by a signal, else an abort); the rest of its last line."""
     from experiments.store import tracking  # mlflow is slow to import: only at the end
+    from experiments.store.parent import KILLED, Parent, ending
 
     if sweep is None:
         return " before anything was measured"
     state = sweep.read()
     o = outcome(sweep, state)
-    open_parent = ""
+    open_parent, status = "", ending(interrupted, failed=True)
     if state.parent_run_id:
         try:
-            tracking.Store(state.uri).set_status(state.parent_run_id, status)
+            Parent(tracking.Store(state.uri), state.parent_run_id).close(status, quiet=False)
         except Exception as err:
             open_parent = f"; its parent run could not be closed ({first_line(err)})"
-    sweep.end("interrupted" if status == "KILLED" else "stopped")
+    sweep.end("interrupted" if status == KILLED else "stopped")
     of = f" of {state.points} points" if state.points else ""
     return (f": {o.line(missing_as='not measured')}{of}, kept in {sweep.directory}{open_parent}; {UPLOAD} "
             f"{sweep.directory} logs what the store lacks and closes the sweep; {RESUME}")
@@ -206,15 +210,16 @@ def close_sweep(sweep: Sweep, baseline: str) -> str:
     """After `nnbench upload`: close the sweep's parent run, FINISHED (with the report) once every planned point is
     in the store, KILLED for an interrupted sweep, else FAILED; what was done."""
     from experiments.store import tracking  # mlflow is slow to import: only at the end
+    from experiments.store.parent import FAILED, ending
 
     state = sweep.read()
     parent = tracking.Store(state.uri).get_runs([state.parent_run_id])[state.parent_run_id]
     if parent is None:
         return f"its parent run {state.parent_run_id} is not in {state.uri}"
     o = outcome(sweep, state)
-    status = "KILLED" if state.ended == "interrupted" else "FINISHED" if o.complete else "FAILED"
+    status = ending(interrupted=state.ended == "interrupted", failed=not o.complete)
     if parent.info.status != status or not tracking.is_complete(parent):
         close_parent(state, status, o, baseline, sweep_dir=sweep.directory)
     missing = f" (planned points without a record: see the job logs in {sweep.directory})" if (
-        o.missing and status == "FAILED") else ""
+        o.missing and status == FAILED) else ""
     return f"parent run {state.parent_run_id} {status}: {o.line()}{missing}"

@@ -60,6 +60,7 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
+    from experiments.store.parent import Parent
 
     global ACTIVE
     seconds = max((j.config.bench.machine_check_s for j in jobs), default=0) if jobs else 1.0
@@ -81,8 +82,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:
-            run_id = store.start_parent(exp_id, parent.name, {**parent.params, "job_count": n_jobs,
-                                                              "point_count": points}, parent.nest_under)
-            state = replace(state, parent_run_id=run_id)
+            params = {**parent.params, "job_count": n_jobs, "point_count": points}
+            run = Parent.start(store, exp_id, parent.name, params, kind="sweep", nest_under=parent.nest_under)
+            state = replace(state, parent_run_id=run.run_id)
             sweep.write(state)
     return state

@@ -1,5 +1,17 @@
-"""How a sweep ends: its last line counts every outcome."""
-from experiments.sweep import ending
+"""How a sweep ends: its last line counts every outcome, and its parent run closes with the status a command's
+parent run closes with for the same outcome (one rule, `store.parent.ending`)."""
+import contextlib
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from experiments.common.config import DEFAULT_BASELINE
+from experiments.store import tracking
+from experiments.store.parent import parent_run
+from experiments.store.sweepdir import Sweep
+from experiments.sweep import ending, opening
 
 
 def test_the_last_line_counts_every_outcome():
@@ -7,3 +19,41 @@ def test_the_last_line_counts_every_outcome():
     assert o.line() == "5 finished, 1 skipped, 1 failed, 1 interrupted, 2 lost"
     assert o.line(missing_as="not measured").endswith("2 not measured")
     assert ending.Outcome(ending.Counter(ok=2), planned=2).line() == "2 finished, 0 skipped, 0 failed"
+
+
+def command_parent(uri: str, outcome: str) -> str:
+    """A command's parent run (`versions`, `bisect`) whose block ends with `outcome`; the status it closed with."""
+    errors = {"interrupted": KeyboardInterrupt(), "stopped": ValueError("a fault"), "lost": ValueError("a fault")}
+    store = tracking.Store(uri)
+    with contextlib.suppress(KeyboardInterrupt, ValueError):
+        with parent_run(store, store.open("nnbench"), outcome, {}, kind="versions") as run:
+            if outcome in errors:
+                raise errors[outcome]
+    return MlflowClient(uri).get_run(run.run_id).info.status
+
+
+def sweep_parent(uri: str, directory, outcome: str) -> str:
+    """A sweep's parent run, opened as a sweep opens it, ended with `outcome` (every point on record, a signal, an
+    abort, a planned point without a record); the status it closed with."""
+    state = opening.open_sweep(directory, [], uri, "nnbench", opening.ParentRun(f"sweep · {outcome}"))
+    sweep = Sweep(directory)
+    if outcome == "lost":
+        sweep.write(replace(state, points=1))
+    if outcome in ("whole", "lost"):
+        ending.finish(sweep, SimpleNamespace(baseline=DEFAULT_BASELINE, fail_on_regression=False))
+    else:
+        ending.close_stopped(sweep, interrupted=outcome == "interrupted")
+    return MlflowClient(uri).get_run(state.parent_run_id).info.status
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
+
+
+@pytest.mark.parametrize("outcome,status", [("whole", "FINISHED"), ("interrupted", "KILLED"), ("stopped", "FAILED"),
+                                            ("lost", "FAILED")])
+def test_a_sweeps_parent_and_a_commands_end_alike(uri, tmp_path, monkeypatch, outcome, status):
+    monkeypatch.setattr(opening, "check", lambda seconds: None)  # no machine check: nothing is measured
+    monkeypatch.setattr(opening, "ACTIVE", None)
+    assert sweep_parent(uri, tmp_path / "sweep", outcome) == command_parent(uri, outcome) == status
