@@ -147,8 +147,23 @@ class Compared(Json):
     cell: Cell
     trials: list[Trial] = field(default_factory=list)
 
+    def used(self, side: int, base: int) -> list[Trial]:
+        """The trials that judge `side` against `base`: both measured, and none set aside (`set_aside`)."""
+        aside = {id(t) for t, _ in self.set_aside(side, base)}
+        return [t for t in self.measured_both(side, base) if id(t) not in aside]
+
+    def set_aside(self, side: int, base: int) -> list[tuple[Trial, str]]:
+        """The trials whose ratio lies far off the others' while another program ran (`stats.far_trials`), with why:
+        kept on disk, left out of the judgement; the cell's next trials take their place."""
+        both = self.measured_both(side, base)
+        far = stats.far_trials([t.log_ratio(side, base) for t in both], [t.background_cores() for t in both])
+        return [(both[i], why) for i, why in far]
+
+    def measured_both(self, side: int, base: int) -> list[Trial]:
+        return [t for t in self.trials if t.log_ratio(side, base) is not None]
+
     def log_ratios(self, side: int, base: int) -> list[float]:
-        return [r for t in self.trials if (r := t.log_ratio(side, base)) is not None]
+        return [t.log_ratio(side, base) for t in self.used(side, base)]
 
     def skipped(self, side: int) -> str | None:
         """Why the op can't run on `side`, if its worker said so."""

@@ -174,14 +174,38 @@ def to_replace(medians: Sequence[float], busy_cores: Sequence[float]) -> list[tu
     logs = np.log(np.asarray(medians, dtype=float))
     out = []
     for i, (m, busy) in enumerate(zip(medians, busy_cores)):
-        others = np.delete(logs, i)
-        if busy <= BUSY_CORES or not len(others):
+        if busy <= BUSY_CORES or len(logs) < 2:
             continue
-        center = float(np.median(others))
-        sd = 1.4826 * float(np.median(np.abs(others - center))) if len(others) >= 3 else 0.0  # the MAD, as an SD
-        if logs[i] - center > max(math.log(FAR_FACTOR), FAR_SDS * sd):
+        center, far = siblings(logs, i)
+        if logs[i] - center > far:
             out.append((i, f"its median {ms(m)} is {math.exp(logs[i] - center):.1f}× above its siblings' "
                            f"{ms(math.exp(center))} while other processes used {busy:.2f} cores"))
+    return out
+
+
+def siblings(logs: np.ndarray, i: int) -> tuple[float, float]:
+    """The median of the others' logs, and how far from it value i must lie to be far: log FAR_FACTOR, or FAR_SDS
+    robust SDs (the MAD's) of the others where there are three or more."""
+    others = np.delete(logs, i)
+    center = float(np.median(others))
+    sd = 1.4826 * float(np.median(np.abs(others - center))) if len(others) >= 3 else 0.0
+    return center, max(math.log(FAR_FACTOR), FAR_SDS * sd)
+
+
+def far_trials(log_ratios: Sequence[float], busy_cores: Sequence[float]) -> list[tuple[int, str]]:
+    """The paired trials to set aside, by index, with the reason: the load rule (`to_replace`) on the trials' log
+    ratios, either way (another program may slow either side), among three or more. One busy loop beside a 2-thread
+    torch side of a sub-millisecond step read it 400× slower in that trial alone; on a quiet machine none is set
+    aside."""
+    logs = np.asarray(log_ratios, dtype=float)
+    out = []
+    for i, busy in enumerate(busy_cores):
+        if busy <= BUSY_CORES or len(logs) < 3:
+            continue
+        center, far = siblings(logs, i)
+        if abs(logs[i] - center) > far:
+            out.append((i, f"its ratio {math.exp(logs[i]):.3g} is {math.exp(abs(logs[i] - center)):.1f}× off its "
+                           f"siblings' {math.exp(center):.3g} while other processes used {busy:.2f} cores"))
     return out
 
 

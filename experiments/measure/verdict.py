@@ -24,7 +24,7 @@ and the ratio is beyond 1 ± threshold; *no change* only when the whole interval
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -177,6 +177,7 @@ class Evidence(Json):
     trials: list[int]
     log_ratios: list[float]  # log(variant time / baseline time), one per trial
     verdict: str = ""  # the cell's, judged with the sweep's other cells
+    set_aside: list[str] = field(default_factory=list)  # trials left out of the judgement, each with why
 
 
 def geomean(cells: Sequence[Evidence], confidence: float = 0.95) -> tuple[float, float, float]:

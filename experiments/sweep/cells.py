@@ -174,6 +174,10 @@ class Group:
             answer.cells += [self.evidence(s, c, judged[(s, i)]) for i, c in enumerate(compared)
                              if (s, i) in judged and judged[(s, i)].pairs]
         (self.directory.parent / ANSWER).write_text(answer.to_json())
+        for e in answer.cells:
+            for why in e.set_aside:
+                log.info("%s %s bs%d, %s against %s: %s; left out of the verdict, kept in trials/", e.model, e.op,
+                         e.batch_size, e.variant, e.baseline, why)
 
     def paired(self, s: int, ops: dict[str, PairedComparison], readies: list[Ready | None]) -> Paired:
         b = self.bases[s]
@@ -186,10 +190,10 @@ class Group:
 
     def evidence(self, s: int, c: pairs.Compared, judged: PairedComparison) -> Evidence:
         b = self.bases[s]
-        trials = [t for t in c.trials if t.log_ratio(s, b) is not None]
+        trials = c.used(s, b)
         return Evidence(str(self.directory.parent), records.model_name(self.jobs[0]), c.cell.op, c.cell.batch_size,
                         self.names[s], self.names[b], [t.index for t in trials], [t.log_ratio(s, b) for t in trials],
-                        str(judged.verdict))
+                        str(judged.verdict), [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)])
 
 
 # Overrides a cell's repro leaves out: it sets the point itself, and a fixed sweep dir or parent would clash.

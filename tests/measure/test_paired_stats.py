@@ -127,6 +127,37 @@ def test_processes_ten_times_apart_are_unmeasured_with_the_reason():
     assert stats.unmeasured([1e-3, 9.9e-3]) is None and stats.unmeasured([1e-3]) is None
 
 
+def test_a_far_trial_is_set_aside_only_where_other_processes_used_the_cpu():
+    """The trials of a sweep's cell (mlp_batchnorm bs8 inference, jax against a 2-thread torch): in one of them a
+    test run took a core, and torch read 400× slower in that trial alone."""
+    logs = [math.log(r) for r in (0.815, 0.844, 0.83, 0.797, 0.002, 0.834)]
+    ((i, why),) = stats.far_trials(logs, [0.04, 0.04, 0.04, 0.08, 0.97, 0.03])
+    assert i == 4 and why.startswith("its ratio 0.002 is 4") and "off its siblings' 0.83" in why and "0.97 cores" in why
+    assert stats.far_trials(logs, [0.0] * 6) == []  # quiet: whatever it read stays
+    assert [i for i, _ in stats.far_trials([-x for x in logs], [0.97] * 6)] == [4]  # either side slowed
+    assert stats.far_trials([0.0, 0.25, -0.2, 0.1], [0.9] * 4) == []  # trials 20-30% apart under load: drift
+    assert stats.far_trials(logs[3:5], [0.97, 0.97]) == []  # two trials: neither is the odd one out
+
+
+def test_a_cell_judges_without_its_set_aside_trials_and_keeps_them():
+    from experiments.harness.trials import Cell, Compared, Trial, Turn
+    from experiments.common.protocol import Burst, Prepared
+
+    def trial(index, ratio, busy):
+        turns = [Turn(prepared=Prepared("ok"), bursts=[Burst([t])]) for t in (1e-3, ratio * 1e-3)]
+        return Trial(index, turns, meter={"wall_s": 1.0, "busy_cpu_s": busy + 1.0, "own_cpu_s": 0.0,
+                                          "workers_cpu_s": 1.0})
+
+    c = Compared(Cell(8, "inference"), [trial(i, r, b) for i, (r, b) in enumerate(
+        [(0.82, 0.0), (0.84, 0.0), (0.002, 0.97), (0.80, 0.0), (0.83, 0.1)])])
+    assert [t.index for t in c.used(1, 0)] == [0, 1, 3, 4] and len(c.trials) == 5
+    assert [(t.index, why.split(" is ")[0]) for t, why in c.set_aside(1, 0)] == [(2, "its ratio 0.002")]
+    assert c.log_ratios(1, 0) == pytest.approx([math.log(r) for r in (0.82, 0.84, 0.80, 0.83)])
+    (v,) = judge_pairs([c.log_ratios(1, 0)], 0.03, 0.05)
+    (all_in,) = judge_pairs([[t.log_ratio(1, 0) for t in c.trials]], 0.03, 0.05)
+    assert v.verdict == Verdict.FASTER and all_in.verdict == Verdict.INCONCLUSIVE and all_in.ci_low < 0.05
+
+
 def test_a_far_process_is_replaced_only_where_other_processes_used_the_cpu():
     medians = [1.0e-3, 1.1e-3, 0.95e-3, 1.05e-3, 88e-3]
     ((i, why),) = stats.to_replace(medians, [0.0, 0.0, 0.0, 0.0, 1.17])
