@@ -29,8 +29,8 @@ import argparse
 import re
 from pathlib import Path
 
-from experiments.cli.selection import (add_design, add_environments, add_pairing, answering, design_flags,
-                                       design_given)
+from experiments.cli.selection import (add_design, add_environments, add_issue, add_pairing, answering,
+                                       design_flags, design_given)
 from experiments.common.errors import BadInput
 from experiments.compare import environments, versions
 from experiments.store.uris import store_uri, validate
@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_design(p)
     p.add_argument("--markdown", type=Path, metavar="FILE", help="paired: also write a short Markdown report of the "
                    "cells that changed (a CI job summary, a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
+    add_issue(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -73,13 +74,15 @@ def measured(a: argparse.Namespace) -> tuple[int, dict]:
     sweep = environments.Sweep("versions", tuple(overrides if design else environments.unpaired(overrides)), uri,
                                a.experiment, a.repeats, a.json)
     return versions.compare(versions.Versions(tuple(given), tuple(specs), sweep, sources, design=design,
-                                              markdown=a.markdown, fail_on_regression=a.fail_on_regression))
+                                              markdown=a.markdown, fail_on_regression=a.fail_on_regression,
+                                              issue=a.issue))
 
 
 def paired(a: argparse.Namespace, specs: int):
     """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
     one spec); BadInput naming the fix for a flag that doesn't fit."""
-    given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else [])
+    given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else []) + (["--issue"] if a.issue
+                                                                                             else [])
     if a.paired and specs < 2:
         raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
     fix = None  # the paired comparison: no fix needed
