@@ -12,7 +12,8 @@ would: on each point, fresh pairs of warm workers, one per environment, alternat
 stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
 pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
 prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
-the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it.
+the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it. --issue DIR
+writes, for each cell judged slower, an upstream report draft and a script that shows it with the framework alone.
 
 --unpaired (and one spec) runs the sweep across the environments instead, interleaved (runtime.python varies
 fastest; --repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
