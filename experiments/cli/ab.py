@@ -7,7 +7,8 @@ judged against the one before it. Then it prints per cell the ratio B/A (above 1
 the verdict and the pairs measured (an unsettled cell gets more, up to --max-pairs). The sweep logs its points and
 its answer as any sweep does (one parent run, one run per point, every burst kept). --json prints the verdicts as
 one JSON object (schema nnbench.paired/1, docs/comparing.md); --fail-on-regression exits 1 naming the cells where B
-is slower. The flags override the bench preset's design; bench=quick gives one pair, no verdict.
+is slower; --issue DIR writes, for each cell judged slower, an upstream report draft with a standalone script
+(docs/comparing.md). The flags override the bench preset's design; bench=quick gives one pair, no verdict.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.cli.selection import add_design, add_uri, design_flags
+from experiments.cli.selection import add_design, add_issue, add_uri, design_flags
 from experiments.common.errors import LOST, OK
 from experiments.measure.verdict import PAIRED_THRESHOLD
 
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                        "lines go to stderr")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write a short Markdown report of the cells "
                    "that changed (for a CI job summary or a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
+    add_issue(p)
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")
 
@@ -56,6 +58,10 @@ def run(a: argparse.Namespace) -> int:
         threshold = a.threshold if a.threshold is not None else PAIRED_THRESHOLD
         with open(a.markdown, "a") as f:  # a CI job summary collects several reports
             f.write(paired.markdown(rows, f"nnbench ab {a.axis} {' '.join(a.overrides)}", threshold))
+    if a.issue:
+        from experiments.compare import upstream  # the exports and the script: only when asked
+
+        upstream.written(upstream.drafts(rows, out, a.issue, f"nnbench ab {a.axis} {' '.join(a.overrides)}"), a.issue)
     if code != OK:
         return code
     if a.fail_on_regression and (slow := paired.slower(rows)):

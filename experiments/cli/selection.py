@@ -48,6 +48,12 @@ def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
                    help="exit 1, naming the cells, where a value is slower than the one before it")
 
 
+def add_issue(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--issue", type=Path, metavar="DIR", help="paired: for each cell judged slower, a folder here with "
+                   "a Markdown draft for the framework's tracker and a standalone script that times the two sides' "
+                   "exported steps with the framework alone (docs/comparing.md)")
+
+
 DESIGN_FLAGS = ("pairs", "max_pairs", "bursts", "burst_ms")  # what `add_design` adds besides the verdict's
 
 

@@ -12,7 +12,8 @@ would: on each point, fresh pairs of warm workers, one per environment, alternat
 stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
 pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
 prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
-the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it.
+the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it. --issue DIR
+writes, for each cell judged slower, an upstream report draft and a script that shows it with the framework alone.
 
 --unpaired (and one spec) runs the sweep across the environments instead, interleaved (runtime.python varies
 fastest; --repeats N adds rounds), under one parent run `versions <specs> · <overrides>` whose params say what each
@@ -29,8 +30,8 @@ import argparse
 import re
 from pathlib import Path
 
-from experiments.cli.selection import (add_design, add_environments, add_pairing, answering, design_flags,
-                                       design_given)
+from experiments.cli.selection import (add_design, add_environments, add_issue, add_pairing, answering,
+                                       design_flags, design_given)
 from experiments.common.errors import BadInput
 from experiments.compare import environments, versions
 from experiments.store.uris import store_uri, validate
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_design(p)
     p.add_argument("--markdown", type=Path, metavar="FILE", help="paired: also write a short Markdown report of the "
                    "cells that changed (a CI job summary, a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
+    add_issue(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -73,13 +75,15 @@ def measured(a: argparse.Namespace) -> tuple[int, dict]:
     sweep = environments.Sweep("versions", tuple(overrides if design else environments.unpaired(overrides)), uri,
                                a.experiment, a.repeats, a.json)
     return versions.compare(versions.Versions(tuple(given), tuple(specs), sweep, sources, design=design,
-                                              markdown=a.markdown, fail_on_regression=a.fail_on_regression))
+                                              markdown=a.markdown, fail_on_regression=a.fail_on_regression,
+                                              issue=a.issue))
 
 
 def paired(a: argparse.Namespace, specs: int):
     """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
     one spec); BadInput naming the fix for a flag that doesn't fit."""
-    given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else [])
+    given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else []) + (["--issue"] if a.issue
+                                                                                             else [])
     if a.paired and specs < 2:
         raise BadInput("--paired compares adjacent versions: give two or more, e.g. jax==0.10.1,0.10.2")
     fix = None  # the paired comparison: no fix needed

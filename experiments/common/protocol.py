@@ -151,6 +151,20 @@ class Request(Json):
     flops: dict[str, int] = field(default_factory=dict)  # "op:batch" -> FLOPs per call the worker can't count itself
 
 
+@dataclass(frozen=True)
+class Export(Json):
+    """What the parent asks of `python -m experiments.measure.export`: one op of a point, built as a worker builds it,
+    exported to files `out`.* that the framework alone can load (a standalone script's)."""
+
+    framework: str
+    setup: Setup
+    model: dict[str, Any]  # models.declared(**model)
+    seed: int
+    op: str
+    batch_size: int
+    out: str
+
+
 # One vocabulary for both frameworks: every profiled op falls in one of these categories (the tables are
 # experiments/measure/categories.py), and `overhead` is the step's wall time outside every op.
 CATEGORIES = ("conv", "matmul", "attention", "recurrent", "elementwise", "norm", "pool", "loss", "optimizer", "copy",

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 class Versions:
     """What `nnbench versions` is asked: the specs (as typed, and parsed), the sweep measured in each one's
     environment, where the environments come from, the paired design (None: the unpaired sweep), a file to append
-    the paired verdicts' Markdown to, and whether a version slower than the one before it fails (exit 1)."""
+    the paired verdicts' Markdown to, whether a version slower than the one before it fails (exit 1), and a folder
+    for upstream report drafts of the slower cells (compare.upstream)."""
 
     given: tuple[str, ...]
     specs: tuple  # harness.envs.Spec
@@ -34,6 +35,7 @@ class Versions:
     design: object = None  # a compare.paired.Design
     markdown: Path | None = None
     fail_on_regression: bool = False
+    issue: Path | None = None  # a folder for upstream report drafts of the cells judged slower
 
 
 def compare(v: Versions) -> tuple[int, dict]:
@@ -81,7 +83,7 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
     """The environments compared paired on every cell, each against the one before it (the paired sweep along
     runtime.python, `nnbench ab runtime.python=A,B,...`), under the versions' parent run; its exit code (1 with
     --fail-on-regression where a version is slower than the one before it) and its answer."""
-    from experiments.compare import paired  # the sweep and the store: only once the environments exist
+    from experiments.compare import paired, upstream  # the sweep and the store: only once the environments exist
     from experiments.store import tracking
     from experiments.store.parent import ending, parent_run
 
@@ -99,6 +101,9 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
         answer = json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
                                            sweep_dir=str(out), exit=code)) | {"parent_run_id": run.run_id}
         reported(v, rows, name, run)
+    if v.issue:
+        upstream.written(upstream.drafts(rows, out, v.issue, f"nnbench versions {' '.join(v.given)} "
+                                                                f"{' '.join(s.overrides)}"), v.issue)
     print(f"\nversions: parent run {run.run_id} ({name}); the sweep's dir (every burst): {out}", file=sys.stderr)
     if code == OK and v.fail_on_regression and (slow := paired.slower(rows)):
         print(f"nnbench versions: error: slower: {'; '.join(slow)}", file=sys.stderr)

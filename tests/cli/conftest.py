@@ -29,11 +29,11 @@ def paired_store(tmp_path_factory):
 
 
 class Planted:
-    """nnbench-planted's releases (PLANTED) on a local package index, their environments built once, offline, into
+    """nnbench-planted's releases (PLANTED, or others) on a local package index, their environments built once, offline, into
     one cache: `nnbench versions` and `bisect` find them there too."""
 
-    def __init__(self, root: Path):
-        self.url = plant.index(plant.wheels(root / "wheels", PLANTED), root / "index")
+    def __init__(self, root: Path, releases: dict[str, float] = PLANTED):
+        self.url = plant.index(plant.wheels(root / "wheels", releases), root / "index")
         self.cache = root / "envs"
 
     @contextlib.contextmanager

@@ -236,6 +236,8 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
     (["versions", "nnbench-planted==9.9", "--", *POINT], "cannot install nnbench-planted==9.9: "),
     (["versions", "nnbench-planted==1.0,1.1", "--unpaired", "--pairs", "3", "--max-pairs", "6", "--", *TORCH],
      "--pairs, --max-pairs set the paired comparison of adjacent versions: drop --unpaired"),
+    (["versions", "nnbench-planted==1.0,1.1", "--unpaired", "--issue", "drafts", "--", *TORCH],
+     "--issue set the paired comparison of adjacent versions: drop --unpaired"),
     (["versions", "nnbench-planted==1.0", "--bursts", "9", "--", *TORCH],
      "--bursts set the paired comparison of adjacent versions: give two or more versions"),
     (["versions", "nnbench-planted==1.0", "--paired", "--", *TORCH], "--paired compares adjacent versions: give two"),

@@ -10,6 +10,7 @@ the list (a no-op jit, this CPU), and an unplaced Adam step counter compiled the
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import flax
 import jax
@@ -190,6 +191,22 @@ class Backend:
         return Step(fn, jax.block_until_ready, device_of, compiles=jitted._cache_size,
                     program=lambda: compiled().as_text(),  # XLA's optimized HLO
                     cost=lambda: cost_flops(compiled().cost_analysis()))
+
+    def export(self, spec: Model, op: str, batch: int, seed: int, out: Path) -> list[Path]:
+        """The op's jitted program as jax.export serializes it (`out`.jax, StableHLO) and its arguments (`out`.npz,
+        flat, in the order of the program's input tree), for a script with jax alone: the whole step, the
+        optimizer's update included (training), jitted whatever the set-up (an export is a traced program)."""
+        validate_op(spec, op)
+        validate_side(spec, "jax")
+        precision = self.setup.precision
+        x, y = spec.make_batch(batch, seed)
+        x, y = to_input(x, spec.input, precision, self.device), to_input(y, spec.target, precision, self.device)
+        model = build(spec, seed, precision, train=op != "inference")
+        jitted, _, args = PROGRAMS[op](spec, model, jax.jit, self.device, x, y)
+        program, arrays = out.with_suffix(".jax"), out.with_suffix(".npz")
+        program.write_bytes(jax.export.export(jitted)(*args()).serialize())
+        np.savez(arrays, *(np.asarray(a) for a in jax.tree.leaves(args())))
+        return [program, arrays]
 
     def matmul(self, n: int) -> Step:
         a = jax.device_put(jnp.ones((n, n), dtype(self.setup.precision)) / n, self.device)

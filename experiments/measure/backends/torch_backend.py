@@ -145,6 +145,23 @@ class Backend:
         return Step(fn, sync_of(self.device), device_of, compiles=lambda: graphs["unique_graphs"] - compiled_before,
                     program=program)
 
+    def export(self, spec: Model, op: str, batch: int, seed: int, out: Path) -> list[Path]:
+        """The op's program as torch.export saves it (`out`.pt2, the batch its example inputs), for a script with
+        torch alone: the forward (inference), or forward and loss (grad, training); no_grad, autograd and Adam are
+        the script's, as `call_of` adds them here."""
+        validate_op(spec, op)
+        validate_side(spec, "torch")
+        s = self.setup
+        model = build(spec, seed, s.precision, train=op != "inference")
+        model = model.to(self.device, memory_format=FORMATS[s.memory_format])
+        x, y = spec.make_batch(batch, seed)
+        x = to_input(x, spec.input, s.precision, self.device, s.memory_format)
+        y = to_input(y, spec.target, s.precision, self.device, s.memory_format)
+        program, args = (model, (x,)) if op == "inference" else (WithLoss(model, LOSSES[spec.loss]), (x, y))
+        path = out.with_suffix(".pt2")
+        torch.export.save(torch.export.export(program, args), path)
+        return [path]
+
     def matmul(self, n: int) -> Step:
         a = torch.full((n, n), 1 / n, dtype=dtype(self.setup.precision), device=self.device)
         return Step(lambda: a @ a, sync_of(self.device), device_of)
@@ -171,6 +188,17 @@ class Backend:
         if cuda and torch.backends.cudnn.is_available():
             env["cudnn_version"] = str(torch.backends.cudnn.version())
         return env
+
+
+class WithLoss(nn.Module):
+    """forward(x, y) is the model's loss: what grad and training differentiate, as one exported program."""
+
+    def __init__(self, model: nn.Module, loss):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, x, y):
+        return self.loss(self.model(x), y)
 
 
 def call_of(op: str, spec: Model, model: nn.Module, jit, batch: tuple[torch.Tensor, torch.Tensor]):
