@@ -208,7 +208,7 @@ def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
         if not r.verdict.changed:
             rest[str(r.verdict)] = rest.get(str(r.verdict), 0) + 1
     said = ", ".join(f"{n} {v}" for v, n in rest.items())
-    out += ["", f"{len(changed) or 'No'} of {len(rows)} cells changed beyond ±{threshold:.0%}"
+    out += ["", f"{len(changed) or 'None'} of {len(rows)} cells changed beyond ±{threshold:.0%}"
             + (f"; the rest: {said}" if said else "") + " (paired: each B against its A on one machine)."]
     return "\n".join(out) + "\n"
 
