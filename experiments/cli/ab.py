@@ -7,7 +7,8 @@ judged against the one before it. Then it prints per cell the ratio B/A (above 1
 the verdict and the pairs measured (an unsettled cell gets more, up to --max-pairs). The sweep logs its points and
 its answer as any sweep does (one parent run, one run per point, every burst kept). --json prints the verdicts as
 one JSON object (schema nnbench.paired/1, docs/comparing.md); --fail-on-regression exits 1 naming the cells where B
-is slower. The flags override the bench preset's design; bench=quick gives one pair, no verdict.
+is slower; --profile then profiles both sides of each cell judged slower or faster and says where the time went, per
+category and top op. The flags override the bench preset's design; bench=quick gives one pair, no verdict.
 """
 from __future__ import annotations
 
