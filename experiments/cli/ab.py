@@ -8,7 +8,8 @@ the verdict and the pairs measured (an unsettled cell gets more, up to --max-pai
 its answer as any sweep does (one parent run, one run per point, every burst kept). --json prints the verdicts as
 one JSON object (schema nnbench.paired/1, docs/comparing.md); --fail-on-regression exits 1 naming the cells where B
 is slower; --issue DIR writes, for each cell judged slower, an upstream report draft with a standalone script
-(docs/comparing.md). The flags override the bench preset's design; bench=quick gives one pair, no verdict.
+(docs/comparing.md); --profile profiles both sides of each cell judged slower or faster and says where the time went,
+per category and top op. The flags override the bench preset's design; bench=quick gives one pair, no verdict.
 """
 from __future__ import annotations
 

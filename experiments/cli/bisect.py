@@ -18,7 +18,9 @@ interval inside ±3%) the start; an inconclusive step gets more pairs, up to --m
 the bisect says so in one line (the versions and where the change lies) instead of guessing, and exits 1. The first
 changed version is then compared with its neighbour, paired, for the evidence: its ratio, interval and pairs. Each
 step is an `ab` run (with a child run per point, every burst kept) under one parent run
-`bisect <package> A..B · <model> <op> bs<batch>`, tagged `first_changed`. --paired is the default, accepted.
+`bisect <package> A..B · <model> <op> bs<batch>`, tagged `first_changed`. Both sides of each changed step are
+profiled, and the first change's says where the time went, per category and top op (--no-profile: not). --paired is
+the default, accepted.
 
 --unpaired measures each probed version's sweep instead and judges it by Welch's t on per-process medians against
 the last version at the start's level (--threshold 5%): fast, and it reuses runs already in the store for the same
@@ -68,7 +70,8 @@ def asked(a: argparse.Namespace) -> Bisection:
     fit, before anything is listed or built."""
     sources = environments.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
     t = a.threshold if a.threshold is not None else THRESHOLD if a.unpaired else PAIRED_THRESHOLD
-    design = environments.paired_design(design_flags(a) | {"threshold": t}, design_given(a),
+    design = environments.paired_design(design_flags(a) | {"threshold": t, "profile": a.profile is not False},
+                                        design_given(a),
                                         "drop --unpaired" if a.unpaired else None, a.repeats)
     overrides = environments.unpaired(a.overrides) if design is None else a.overrides
     sweep = environments.Sweep("bisect", tuple(overrides), store_uri(a.uri), a.experiment, a.repeats, a.json)

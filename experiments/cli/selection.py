@@ -38,6 +38,8 @@ def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
     p.add_argument("--bursts", type=positive("--bursts", "25", int),
                    help="bursts per side per pair and cell (bench.rounds)")
     p.add_argument("--burst-ms", type=positive("--burst-ms", "20"), help="burst length, ms (bench.burst_s)")
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, help="then profile both sides of each cell "
+                   "judged slower or faster and say where the time went (report.profile_changed)")
     if not verdict:
         return
     p.add_argument("--threshold", type=threshold, help="no change within 1 ± this: 0.03 or 3%% (report.threshold, "
@@ -64,7 +66,8 @@ def design_given(a: argparse.Namespace) -> list[str]:
 
 def design_flags(a: argparse.Namespace) -> dict:
     """The paired design's flags as the fields of compare.paired.Design (None: the bench preset's)."""
-    return {k: getattr(a, k) for k in DESIGN_FLAGS} | {"threshold": a.threshold, "alpha": a.alpha}
+    return {k: getattr(a, k) for k in DESIGN_FLAGS} | {"threshold": a.threshold, "alpha": a.alpha,
+                                                       "profile": a.profile}
 
 
 def add_environments(p: argparse.ArgumentParser) -> None:

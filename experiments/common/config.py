@@ -189,6 +189,7 @@ class ReportConf:
     alpha: float = ALPHA  # each verdict's significance level (Benjamini-Hochberg across a sweep's cells)
     fail_on_regression: bool = False  # exit 1, naming them, where a variant is slower than the baseline
     along: Optional[str] = None  # a swept key (runtime.python): each variant against the one before it along it
+    profile_changed: bool = False  # paired: profile both sides of each cell judged slower or faster (profile=true's)
 
 
 @dataclass

@@ -118,6 +118,8 @@ class PairedSteps:
         tail = (f"{n} paired comparison{'s' * (n != 1)}, measuring {len(measured)} of {len(vs)} versions "
                 f"({', '.join(measured) or 'none'}); skipped: {', '.join(self.r.skipped) or 'none'}")
         lines = [f"  {r['b'].split('==')[-1]} against {r['a'].split('==')[-1]}: {step(r)}" for r in self.steps]
+        if found and found[2].get("profile"):  # where the time went, both sides profiled (--no-profile: not)
+            head += f"\n  {vs[found[0]]} → {vs[found[1]]}: {found[2]['profile']}"
         return "\n".join([head, "(paired, each step newer over older: the ratio, its 95% interval, the verdict)",
                           *lines, *([f"note: {note}"] if note and found else []), tail])
 
@@ -144,7 +146,7 @@ def step_row(sides: list[str], rows: list, out: Path) -> dict:
                 "pairs": 0, "skipped": f"no paired verdict: the sweep's records in {out} say why"}
     (r,) = rows
     return {"a": sides[0], "b": sides[1], "ratio": r.ratio, "interval": list(r.interval()), "verdict": str(r.verdict),
-            "pairs": r.trials, "skipped": None, "run_id": r.run_id}
+            "pairs": r.trials, "skipped": None, "run_id": r.run_id, "profile": r.profile and r.profile.said()}
 
 
 def step(row: dict) -> str:

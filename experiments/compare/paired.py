@@ -20,9 +20,9 @@ from experiments.common.config import ROOT, Config
 from experiments.common.errors import BadInput
 from experiments.common.protocol import Json
 from experiments.measure.verdict import Verdict
-from experiments.store.records import META, Record
+from experiments.report.profile_change import ProfileChange
 from experiments.store.sweepdir import MARKER
-from experiments.sweep import cells
+from experiments.sweep import cells, changes
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a sweep's exit codes where a signal stopped it
 SCHEMA = "nnbench.paired/1"  # the JSON of `as_json`: docs/comparing.md#the-json
@@ -44,6 +44,7 @@ class Design:
     burst_ms: float | None = None  # bench.burst_s, in ms
     threshold: float | None = None  # report.threshold
     alpha: float | None = None  # report.alpha
+    profile: bool | None = None  # report.profile_changed: both sides of each changed cell profiled
 
     def __post_init__(self):
         checks = [(self.pairs is None or self.pairs >= 2, f"--pairs {self.pairs}: at least 2 (one pair gives no "
@@ -72,6 +73,8 @@ class Design:
         given = [(k, v) for k, v in keys if v is not None]
         if self.pairs is not None and self.max_pairs is None:  # a preset's max below the pairs asked for
             given.append(("bench.max_processes", max(self.pairs, 2 * self.pairs)))
+        if self.profile is not None:
+            given.append(("report.profile_changed", str(self.profile).lower()))
         return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in given]
 
 
@@ -92,6 +95,7 @@ class CellVerdict(Json):
     run_id: str | None  # B's point run
     differs: str  # what differs between A and B besides the axis
     repro: str  # the command that measures just this cell again
+    profile: ProfileChange | None = None  # where the time went: B's profile against A's (report.profile_changed)
 
     @property
     def ratio(self) -> float | None:
@@ -165,8 +169,9 @@ def verdicts(directory: Path) -> list[CellVerdict]:
     """Every paired comparison the sweep under `directory` judged, from its points' records (a variant against the
     one before it; a baseline's own points hold none)."""
     out = []
-    for d in sorted(p.parent for p in directory.glob(f"**/points/*/{META}")):
-        rec = Record.load(d)
+    loaded = changes.points(directory)
+    bases = changes.bases(loaded)
+    for d, rec in loaded.items():
         t, m = rec.tags, rec.metrics
         if t.get("design") != "paired" or t.get("paired_baseline") == "true":
             continue
@@ -176,7 +181,7 @@ def verdicts(directory: Path) -> list[CellVerdict]:
                                    t["compared_with"], m.get(f"{op}_speedup"), m.get(f"{op}_speedup_ci95_low"),
                                    m.get(f"{op}_speedup_ci95_high"), Verdict(t[f"{op}_verdict"]),
                                    int(m.get(f"{op}_speedup_trials", 0)), run_id, t.get("differs", ""),
-                                   t.get(f"{op}_repro", "")))
+                                   t.get(f"{op}_repro", ""), changes.change(bases.get(d), d, op)))
     return sorted(out, key=lambda r: (r.model, r.variant, r.batch_size, r.op))
 
 
@@ -203,12 +208,14 @@ def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
                        + (f"{seen:.1%}" if seen is not None else "") + " |")
         out += ["", "Measure a cell again:", ""] + [f"- {r.model} {r.op} bs{r.batch_size}: `{r.repro}`"
                                                     for r in changed if r.repro]
+        if said := where(changed, "- "):
+            out += ["", "Where the time went (both sides profiled, B against A):", "", *said]
     rest = {}
     for r in rows:
         if not r.verdict.changed:
             rest[str(r.verdict)] = rest.get(str(r.verdict), 0) + 1
     said = ", ".join(f"{n} {v}" for v, n in rest.items())
-    out += ["", f"{len(changed) or 'No'} of {len(rows)} cells changed beyond ±{threshold:.0%}"
+    out += ["", f"{len(changed) or 'None'} of {len(rows)} cells changed beyond ±{threshold:.0%}"
             + (f"; the rest: {said}" if said else "") + " (paired: each B against its A on one machine)."]
     return "\n".join(out) + "\n"
 
@@ -226,9 +233,17 @@ def table(rows: list[CellVerdict]) -> str:
 
     body = [[r.model, r.op, r.batch_size, *apart(r.variant, r.baseline), f"{r.ratio:.3f}" if r.ratio else "",
              "[{:.3f}, {:.3f}]".format(*r.interval()) if r.low else "", str(r.verdict), r.trials] for r in rows]
-    return "paired: each B over its A (above 1: B is slower)\n" + tabulate(
+    text = "paired: each B over its A (above 1: B is slower)\n" + tabulate(
         body, ["model", "op", "batch", "variant", "B / A", "B/A", "95% interval", "verdict", "pairs"],
         tablefmt="github")
+    said = where(rows, "  ")
+    return text + ("\n\nwhere the time went, B's profile against A's:\n" + "\n".join(said) if said else "")
+
+
+def where(rows: list[CellVerdict], bullet: str) -> list[str]:
+    """The profiled cells' changes, one line each."""
+    return [f"{bullet}{r.model} {r.op} bs{r.batch_size} {' '.join(apart(r.variant, r.baseline))}: {r.profile.said()}"
+            f" (the two profiles took {r.profile.cost_s:.2g} s in their workers)" for r in rows if r.profile]
 
 
 def apart(b: str, a: str) -> tuple[str, str]:
@@ -243,6 +258,6 @@ def apart(b: str, a: str) -> tuple[str, str]:
 
 def as_json(rows: list[CellVerdict], **about) -> str:
     """The verdicts as one JSON object: `schema` (SCHEMA), what was compared (`about`), and one object per cell."""
-    cells_ = [asdict(r) | {"verdict": str(r.verdict), "ratio": r.ratio, "interval": list(r.interval())}
-              for r in rows]
+    cells_ = [asdict(r) | {"verdict": str(r.verdict), "ratio": r.ratio, "interval": list(r.interval()),
+                           "profile": r.profile and asdict(r.profile) | {"said": r.profile.said()}} for r in rows]
     return json.dumps({"schema": SCHEMA, **about, "cells": cells_}, indent=1)

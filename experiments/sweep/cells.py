@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from experiments.measure.stats import summarize
 from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
-from experiments.sweep import interrupts, preflight, processes, requeue
+from experiments.sweep import console, interrupts, preflight, processes, requeue
 from experiments.sweep.points import Points
 
 log = logging.getLogger("nnbench")
@@ -161,7 +162,7 @@ class Group:
         where = {c.cell: i for i, c in enumerate(compared)}
         readies = [next((t.turns[s].ready for c in compared for t in c.trials if t.turns), None)
                    for s in range(len(self.sides))]
-        answer = Answer()
+        answer, profiled = Answer(), self.to_profile(judged)
         for s, j in enumerate(self.live):
             collector = self.collectors[j]
             framework = str(collector.job.config.framework.name)
@@ -170,14 +171,18 @@ class Group:
                 collector.results[i] = results(point, [compared[c] for _, c in mine], s, framework)
                 ops = {op: judged[(s, c)] for op, c in mine if (s, c) in judged}
                 collector.paired[i] = self.paired(s, ops, readies)
+                collector.changed[i] = {op for op, c in mine if (s, c) in profiled}
                 collector.cut(i, interrupted) if interrupted else collector.measured_all(i)
             answer.cells += [self.evidence(s, c, judged[(s, i)]) for i, c in enumerate(compared)
                              if (s, i) in judged and judged[(s, i)].pairs]
         (self.directory.parent / ANSWER).write_text(answer.to_json())
-        for e in answer.cells:
-            for why in e.set_aside:
-                log.info("%s %s bs%d, %s against %s: %s; left out of the verdict, kept in trials/", e.model, e.op,
-                         e.batch_size, e.variant, e.baseline, why)
+        console.set_aside(answer.cells)
+
+    def to_profile(self, judged: dict[tuple[int, int], PairedComparison]) -> set[tuple[int, int]]:
+        """With report.profile_changed, (side, cell) of both sides of every comparison judged slower or faster."""
+        if not self.jobs[0].config.report.profile_changed:
+            return set()
+        return {(side, i) for (s, i), c in judged.items() if c.verdict.changed for side in (s, self.bases[s])}
 
     def paired(self, s: int, ops: dict[str, PairedComparison], readies: list[Ready | None]) -> Paired:
         b = self.bases[s]
@@ -304,13 +309,16 @@ def measure(members: list[tuple[Job, Path]], state: SweepState, sweep: Sweep, in
 
 
 def profile(collector: Points, cache: Path | None) -> None:
-    """One more worker profiles the job's saved points (profile=true), as an unpaired job's does."""
+    """One more worker profiles the job's saved points (profile=true; report.profile_changed: the cells judged
+    changed), as an unpaired job's does; what it cost, its start included, in one line."""
+    start, names = time.perf_counter(), ", ".join(k.record.run_name for k in collector.waiting)
     measure_one, server = processes.measurer(collector.job, collector.job_dir, cache)
     try:
         processes.profile(collector, measure_one)
     finally:
         if server is not None:
             server.close()
+        log.info("profiled %s in %.1f s wall, the worker's start included", names, time.perf_counter() - start)
 
 
 def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list[Path | None],

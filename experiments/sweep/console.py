@@ -9,8 +9,9 @@ from collections import Counter
 
 from experiments.common.protocol import PARTS, PointResult, Stats
 from experiments.measure.reading import Reading
-from experiments.measure.verdict import PairedComparison
+from experiments.measure.verdict import Evidence, PairedComparison
 
+log = logging.getLogger("nnbench")
 PREFIXED = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
@@ -78,3 +79,11 @@ def compared(c: PairedComparison) -> str:
 
 def timed(op: str, s: Stats) -> str:
     return f"{op} {s.median_s * 1e3:.3f} ms [{s.ci95_low_s * 1e3:.3f}, {s.ci95_high_s * 1e3:.3f}]"
+
+
+def set_aside(cells: list[Evidence]) -> None:
+    """A line per trial left out of a cell's verdict (`stats.far_trials`), and why."""
+    for e in cells:
+        for why in e.set_aside:
+            log.info("%s %s bs%d, %s against %s: %s; left out of the verdict, kept in trials/", e.model, e.op,
+                     e.batch_size, e.variant, e.baseline, why)

@@ -21,7 +21,7 @@ from experiments.common.errors import LOST, fail, first_line
 from experiments.store import view
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
-from experiments.sweep import cells, interrupts, opening
+from experiments.sweep import cells, changes, interrupts, opening
 
 UPLOAD = "nnbench upload"
 RESUME = "the same command with resume=true measures only what is missing"
@@ -111,6 +111,8 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
             note = answer.note(t, runs, baseline, o.line(), sorted(written), evidence)
             if wall_s is not None:
                 print(tables.markdown(tables.summary(t, baseline)) + f"\n\n{headline}")
+                if sweep_dir and (said := changes.said(sweep_dir)):  # report.profile_changed
+                    print("\nwhere the time went, B's profile against A's:\n" + "\n".join(said))
         Parent(store, state.parent_run_id, status).finish(Path(tmp), note, answer.environment(runs) | tags, metrics)
     return len(runs), answer.slower(t, baseline) if not t.empty else []
 

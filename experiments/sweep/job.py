@@ -58,7 +58,7 @@ def run(cfg: DictConfig) -> None:
         with interrupts.graceful():
             interrupts.checkpoint()
             collectors = measured(this, group, state, sweep, in_launcher)
-        timed(collectors, out, time.perf_counter() - start, this.config.profile)
+        timed(collectors, out, time.perf_counter() - start, this.config.profile or this.config.report.profile_changed)
     except interrupts.Signalled as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep

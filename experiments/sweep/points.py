@@ -102,6 +102,7 @@ class Points:
         self.paired: dict[int, Paired] = {}  # per point, how it was compared with its cell's baseline (paired)
         self.logging_s, self.spent = 0.0, {}  # where the job's time went (JobTimes' fields)
         self.profiles = job.config.profile and job.config.framework.name != EXTERNAL
+        self.changed: dict[int, set[str]] = {}  # per point, its ops judged changed (report.profile_changed): profiled
 
     @property
     def records(self) -> list[records.Record]:
@@ -134,7 +135,7 @@ class Points:
         progress line while it waits to be profiled)."""
         point = self.job.points[i]
         saved = self.save(point, self.results[i], replaced=tuple(self.replaced[i]))
-        if self.profiles and saved.record.outcome == "ok":
+        if (self.profiles or self.changed.get(i)) and saved.record.outcome == "ok":
             self.waiting.append(saved)  # saved: its timings are final
             if result is not None:
                 self.measured(point, len(self.results[i]) - 1, result)
@@ -277,7 +278,12 @@ class Points:
     def to_profile(self) -> tuple[Point, ...]:
         """The saved points handed to the profiling worker, each with the ops it measured."""
         self.profiling, self.waiting = self.waiting, []
-        return tuple(Point(k.point.batch_size, tuple(k.reading.ops)) for k in self.profiling)
+        return tuple(Point(k.point.batch_size, self.profiled_ops(k)) for k in self.profiling)
+
+    def profiled_ops(self, saved: Saved) -> tuple[str, ...]:
+        """profile=true: every op the point measured; else (report.profile_changed) those judged changed."""
+        changed = self.changed.get(self.job.points.index(saved.point), set())
+        return tuple(op for op in saved.reading.ops if self.profiles or op in changed)
 
     def profiling_failed(self, reason: str) -> None:
         """A harness fault (its traceback, `reason`) stopped the profiling worker: the points it had left keep their
@@ -302,7 +308,7 @@ class Points:
         except Exception:  # a harness bug fails this profile, not the point
             saved.record = records.without_profile(saved.record, "failed", f"harness error\n{traceback.format_exc()}")
         saved.record.save(saved.directory)
-        self.finished(saved, 1)  # the profiling worker's measurement, paired too (`measurements` counts it)
+        self.finished(saved, int(self.profiles))  # profile=true's measurement, paired too (`measurements` counts it)
 
     def log_queued(self) -> None:
         """Log what the last worker finished (the samples plot, then the run), now that no worker measures."""

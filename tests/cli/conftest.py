@@ -7,8 +7,8 @@ import pytest
 from experiments.selfcheck import planted as plant
 
 # nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
-# planted.py): 1.0.1 does 1.0's work (A/A), 1.1 and 1.2 30% more.
-PLANTED = {"1.0": 1.0, "1.0.1": 1.0, "1.1": 1.3, "1.2": 1.3}
+# planted.py): 1.0.1 does 1.0's work (A/A), 1.1 and 1.2 30% more, 2.0 twice as much (a change no load hides).
+PLANTED = {"1.0": 1.0, "1.0.1": 1.0, "1.1": 1.3, "1.2": 1.3, "2.0": 2.0}
 # Its network as one cell big enough to time in 20 ms bursts (10 or 13 matmuls of 128, one thread), on a quick budget
 # with no machine check and no parity process (what the paired tests read is the verdict).
 PLANTED_POINT = [f"model={plant.NAME}", "model.n=128", "model.depth=10", "framework=torch", "framework.threads=1",

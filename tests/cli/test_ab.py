@@ -1,8 +1,9 @@
 """`nnbench ab`, the paired sweep along one axis, through its real door: bad input is one line and exit 2 before
 anything runs; two values compared into a real store, the verdicts printed as a table or as JSON (schema
-nnbench.paired/1), every burst kept; --fail-on-regression exits 1 naming a planted slowdown and 0 on an A/A; a store
-that goes away and a Ctrl-C are one line each and leave nothing RUNNING. Where the numbers don't matter, the
-interpreter that stands in for a worker (tests/helpers/fake_worker.py: every burst reads 1 ms) measures."""
+nnbench.paired/1), every burst kept; --fail-on-regression exits 1 naming a planted slowdown and 0 on an A/A;
+--profile says where a planted slowdown's time went; a store that goes away and a Ctrl-C are one line each and leave
+nothing RUNNING. Where the numbers don't matter, the interpreter that stands in for a worker
+(tests/helpers/fake_worker.py: every burst reads 1 ms) measures."""
 import json
 import signal
 
@@ -12,6 +13,7 @@ from experiments.cli import main
 from experiments.compare import paired
 from experiments.harness.pairs import TRIAL, Trial
 from experiments.measure.verdict import Verdict
+from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT
 from tests.helpers import BRIEF, fake_interpreter, nnbench, runs, with_store
 from tests.helpers.interrupts import during
@@ -77,7 +79,8 @@ def a_a(tmp_path_factory):
 ABOUT = {"schema": str, "command": str, "axis": str, "sweep_dir": str, "exit": int, "cells": list}
 CELL = {"model": str, "op": str, "batch_size": int, "variant": str, "baseline": str, "speedup": (float, type(None)),
         "low": (float, type(None)), "high": (float, type(None)), "verdict": str, "trials": int,
-        "run_id": (str, type(None)), "differs": str, "ratio": (float, type(None)), "interval": list}
+        "run_id": (str, type(None)), "differs": str, "ratio": (float, type(None)), "interval": list,
+        "profile": (dict, type(None))}
 
 
 @pytest.mark.slow
@@ -193,3 +196,28 @@ def test_ctrl_c_in_a_trial_is_one_line_130_and_leaves_nothing_running(tmp_path):
     assert kept.failure is None and [len(t.bursts) for t in kept.turns] == [5, 5]
     assert set(runs(uri, parents=True)["status"]) == {"KILLED"}
     assert list(runs(uri)["status"]) == ["KILLED", "KILLED"]  # both sides' points, saved as interrupted
+
+
+@pytest.mark.slow
+def test_profile_says_where_a_planted_slowdown_s_time_went(planted, tmp_path):
+    """nnbench-planted 2.0's network makes twice 1.0's matmuls: `ab --profile` judges the cell slower, profiles both
+    sides, and names matmul in the console (the sweep's end), the JSON and the Markdown; the matmul op's calls
+    per step doubled; both points' runs keep their profiles."""
+    pythons = ",".join(f"'{planted.python(v)}'" for v in ("1.0", "2.0"))
+    out, uri, md = tmp_path / "sweep", f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db", tmp_path / "md.md"
+    r = nnbench("ab", [f"runtime.python={pythons}", *PLANTED_POINT, *DESIGN, "--max-pairs", "6", "--threshold", "10%",
+                       "--profile", "--json", "--markdown", str(md), "--out", str(out), "--uri", uri], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (cell,) = json.loads(r.stdout)["cells"]
+    assert cell["verdict"] == "slower", cell
+    change = paired.verdicts(out)[0].profile
+    assert "matmul" in [p.name for p in change.changed()] and cell["profile"]["said"] == change.said()
+    matmul = next(p for p in change.parts if p.name == "matmul")
+    assert matmul.b_s > matmul.a_s and cell["profile"]["a_wall_s"] == change.a_wall_s
+    assert any(o.category == "matmul" and o.b_calls == 2 * o.a_calls for o in change.ops), change.ops
+    assert "matmul +" in change.said() and change.said() in md.read_text() and change.cost_s > 0
+    said = r.stderr[r.stderr.index("where the time went, B's profile against A's:"):].splitlines()[1]
+    assert said.startswith(f"{plant.NAME} inference bs32 ") and "(slower): the change: " in said and "matmul +" in said
+    points = runs(uri)
+    assert len(points) == 2 and (points["metrics.inference_time_matmul_s"] > 0).all()
+    assert set(points["tags.profile"]) == {"ok"}

@@ -75,13 +75,13 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
 
 @pytest.fixture(scope="module")
 def compared(planted, tmp_path_factory):
-    """`nnbench versions nnbench-planted==1.0,1.0.1,1.1` on the planted network, gated, as JSON: one paired sweep along
-    the environments, 1.0.1 against 1.0 (the same work: A/A) and 1.1 against 1.0.1 (30% more). Its process and
-    store."""
+    """`nnbench versions nnbench-planted==1.0,1.0.1,1.1` on the planted network, gated, as JSON, each slower or faster
+    cell profiled: one paired sweep along the environments, 1.0.1 against 1.0 (the same work: A/A) and 1.1 against
+    1.0.1 (30% more). Its process and store."""
     tmp = with_store(tmp_path_factory.mktemp("versions"))
     with planted.offline():
         r = nnbench("versions", [f"{planted_spec('1.0', '1.0.1', '1.1')}", "--index-url", planted.url, *PLANTED_POINT,
-                                 *PAIRED_DESIGN, "--fail-on-regression", "--json"], tmp)
+                                 *PAIRED_DESIGN, "--fail-on-regression", "--json", "--profile"], tmp)
     return r, f"sqlite:///{tmp}/mlruns/mlflow.db"
 
 
@@ -97,7 +97,8 @@ PAIRED_DESIGN = ["--pairs", "2", "--max-pairs", "6", "--bursts", "5", "--thresho
 @pytest.mark.slow
 def test_adjacent_versions_are_compared_in_one_paired_sweep(compared):
     """Each version against the one before it: 1.0.1 over 1.0 not slower, 1.1 over 1.0.1 slower; --json prints the
-    verdicts (nnbench.paired/1) and the versions' parent run, --fail-on-regression exits 1 naming only 1.1's cell."""
+    verdicts (nnbench.paired/1) and the versions' parent run, --fail-on-regression exits 1 naming only 1.1's cell;
+    --profile says where 1.1's time went (its 30% more matmuls), and only there."""
     r, _ = compared
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(r.stdout)
@@ -109,6 +110,7 @@ def test_adjacent_versions_are_compared_in_one_paired_sweep(compared):
     aa, slower = cells[("1.0", "1.0.1")], cells[("1.0.1", "1.1")]
     assert aa["verdict"] in ("no change", "inconclusive") and 0.9 < aa["ratio"] < 1.1, aa
     assert slower["verdict"] == "slower" and slower["ratio"] > 1.1, slower
+    assert aa["profile"] is None and "matmul +" in slower["profile"]["said"]  # only a changed cell is profiled
     assert all((c["model"], c["op"], c["batch_size"]) == (plant.NAME, "inference", 32) for c in cells.values())
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"nnbench versions: error: slower: planted inference bs32 {label}1.1 over {label}1.0.1 ")
