@@ -21,7 +21,6 @@ from functools import cache
 from typing import Sequence
 
 import numpy as np
-import ruptures
 
 PENALTY = 4.0  # × ln(n) × σ²
 BLIND_FROM = 5  # values: below this the series is too short to estimate its own noise
@@ -63,5 +62,7 @@ def breaks(groups: Sequence[Sequence[float]]) -> list[int]:
     v = values(groups)
     if sigma == 0:
         return [i for i in range(1, len(v)) if v[i] != v[i - 1]]
+    import ruptures  # ruptures imports scipy.stats (0.7 s): only once a series is judged, not in every sweep's report
+
     pen = PENALTY * math.log(len(v)) * sigma**2
     return ruptures.Pelt(model="l2", min_size=1, jump=1).fit(v.reshape(-1, 1)).predict(pen=pen)[:-1]

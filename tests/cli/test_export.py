@@ -8,7 +8,7 @@ import pytest
 
 from experiments import cli
 from experiments.common.lines import parse
-from tests.helpers import BRIEF, user_env
+from tests.helpers import BRIEF, user_env, with_store
 
 # Every python_time(framework, model, operation, batch) the seed page calls, with the batch lists it loops over:
 # mlp_relu and mlp_gelu at `batch_sizes` / `train_batch_sizes`, JAX and PyTorch; mlp_batchnorm at `bn_batch_sizes` /
@@ -45,8 +45,9 @@ def test_the_checker_exits_2_with_the_line(monkeypatch, capsys):
 def seed_store(tmp_path_factory) -> Path:
     """`experiment=seed000` run once in a fresh directory on the brief budget (each model's cells paired, two rounds
     of bursts a cell): the export reads which points were measured and their medians, not how well they were
-    measured; and without the parity processes, whose tag it does not read."""
-    cwd = tmp_path_factory.mktemp("seed000")
+    measured; without the parity processes, whose tag it does not read; into an empty store made already
+    (test_sweep.py's README sweep makes its own)."""
+    cwd = with_store(tmp_path_factory.mktemp("seed000"))
     r = python("-m", "experiments.run", "-m", "experiment=seed000", *BRIEF, "bench.rounds=2", "parity=false", cwd=cwd)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     return cwd

@@ -16,7 +16,7 @@ from experiments.common.protocol import CATEGORIES, OpProfile, OpResult, PointRe
 from experiments.store import records
 from experiments.sweep import interrupts, preflight, processes
 from tests.harness.test_external import TEMPLATE
-from tests.helpers import nnbench, ok_op, run, runs
+from tests.helpers import BRIEF, nnbench, ok_op, run, runs, with_store
 
 TIMING = "_median_s"  # one of the timing metrics; every key the record had before profiling is compared
 
@@ -113,7 +113,8 @@ def test_a_sweep_logs_the_profile_beside_unchanged_timings(tmp_path, fake_python
     """Through Hydra, the harness and MLflow with the stand-in worker: what the profiling worker found on disk
     (record-before-profiling.json) has every timing the logged run has; a crashing profiler fails only the profile."""
     r = run(["-m", "framework=jax,torch", "model=mlp_relu", "batch_size=8", "ops=[inference]", "bench=quick",
-             "profile=true", f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
+             "profile=true", f"runtime.python={fake_python}"], with_store(tmp_path), FAKE_FAULT="none",
+            FAKE_MEDIAN_PER_BATCH="1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[4/4, ETA 0:00]" in r.stdout + r.stderr  # per point: its side of the trial, and the profiling worker
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
@@ -142,8 +143,9 @@ def test_a_sweep_logs_the_profile_beside_unchanged_timings(tmp_path, fake_python
 @pytest.mark.slow
 def test_profiled_sweep_explains_the_gap_in_the_report_and_compare(tmp_path):
     """Both frameworks for real, LeNet at batch 32: per-op category metrics, the traces and programs as artifacts,
-    the stacked bars and sentences on the parent run, and the same from `nnbench compare --profile`."""
-    r = run(["-m", "framework=jax,torch", "model=lenet", "batch_size=32", "bench=quick", "profile=true"], tmp_path)
+    the stacked bars and sentences on the parent run, and the same from `nnbench compare --profile`. On the brief
+    budget: what it reads is the profile, not the timings."""
+    r = run(["-m", "framework=jax,torch", "model=lenet", "batch_size=32", *BRIEF, "profile=true"], with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     df, client = runs(uri), MlflowClient(uri)
