@@ -19,8 +19,9 @@ the bisect says so in one line (the versions and where the change lies) instead 
 changed version is then compared with its neighbour, paired, for the evidence: its ratio, interval and pairs. Each
 step is an `ab` run (with a child run per point, every burst kept) under one parent run
 `bisect <package> A..B · <model> <op> bs<batch>`, tagged `first_changed`. Both sides of each changed step are
-profiled, and the first change's says where the time went, per category and top op (--no-profile: not). --paired is
-the default, accepted.
+profiled, and the first change's says where the time went, per category and top op (--no-profile: not); --issue DIR
+writes an upstream report draft for it where it is slower, as `versions --issue` does. --paired is the default,
+accepted.
 
 --unpaired measures each probed version's sweep instead and judges it by Welch's t on per-process medians against
 the last version at the start's level (--threshold 5%): fast, and it reuses runs already in the store for the same
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.cli.selection import (add_design, add_environments, add_pairing, answering, design_flags,
-                                       design_given)
+from experiments.cli.selection import (add_design, add_environments, add_issue, add_pairing, answering,
+                                       design_flags, design_given)
 from experiments.common.options import probability, threshold
 from experiments.compare import environments
 from experiments.compare.bisection import Bisection, bisect
@@ -58,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_design(p, verdict=False)
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1, naming it, where the first changed version is slower")
+    add_issue(p)
     add_environments(p)
 
 
@@ -71,9 +73,9 @@ def asked(a: argparse.Namespace) -> Bisection:
     sources = environments.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
     t = a.threshold if a.threshold is not None else THRESHOLD if a.unpaired else PAIRED_THRESHOLD
     design = environments.paired_design(design_flags(a) | {"threshold": t, "profile": a.profile is not False},
-                                        design_given(a),
+                                        design_given(a) + (["--issue"] if a.issue else []),
                                         "drop --unpaired" if a.unpaired else None, a.repeats)
     overrides = environments.unpaired(a.overrides) if design is None else a.overrides
     sweep = environments.Sweep("bisect", tuple(overrides), store_uri(a.uri), a.experiment, a.repeats, a.json)
     return Bisection(a.package, a.range, sweep, sources, threshold=t, alpha=a.alpha, design=design, pre=a.pre,
-                     fail_on_regression=a.fail_on_regression)
+                     fail_on_regression=a.fail_on_regression, issue=a.issue)

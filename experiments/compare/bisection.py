@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
@@ -36,6 +37,7 @@ class Bisection:
     design: object = None  # a compare.paired.Design
     pre: bool = False
     fail_on_regression: bool = False
+    issue: Path | None = None  # paired: a folder for an upstream report draft of the first change, where slower
 
 
 def bisect(b: Bisection) -> tuple[int, dict]:

@@ -134,8 +134,19 @@ class PairedSteps:
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "bisect.json").write_text(json.dumps(answer, indent=1, default=str))
             run.finish(Path(tmp), note=text, tags=tags)
+        if found and self.b.issue:
+            self.drafted(found, self.b.issue)
         print(f"parent run {self.parent} in {self.b.sweep.uri}")
         return LOST if self.unsettled else OK, answer
+
+
+    def drafted(self, found, issue: Path) -> None:
+        """The first change's upstream report draft, where it is slower (`compare.upstream`)."""
+        from experiments.compare import paired, upstream  # the exports and the script: only when asked
+
+        out = self.out / f"{self.r.versions[found[0]]}-{self.r.versions[found[1]]}"
+        command = f"nnbench bisect {self.b.package} {self.b.range} {' '.join(self.b.sweep.overrides)}"
+        upstream.written(upstream.drafts(paired.verdicts(out), out, issue, command), issue)
 
 
 def step_row(sides: list[str], rows: list, out: Path) -> dict:

@@ -148,12 +148,17 @@ def test_an_interrupted_step_ends_the_bisect_killed_and_says_nothing_more(plante
 def test_a_planted_regression_is_found_and_placed(planted, tmp_path):
     """nnbench-planted 1.0.1..1.2 (1.1 and 1.2 do 30% more work than 1.0.1): the ends are compared paired, then 1.1
     against the start, which is the first changed version's step too: two paired sweeps, nested under the bisect's
-    parent, the regression placed at 1.1, where the time went said (matmul: both sides profiled by default)."""
+    parent, the regression placed at 1.1, where the time went said (matmul: both sides profiled by default), and an
+    upstream report drafted for it."""
     uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
     with planted.offline():
         r = nnbench("bisect", [plant.PROJECT, "1.0.1..1.2", "--index-url", planted.url, *PLANTED_POINT, "--pairs", "2",
-                               "--max-pairs", "6", "--bursts", "5", "--threshold", "10%", "--uri", uri], tmp_path)
+                               "--max-pairs", "6", "--bursts", "5", "--threshold", "10%", "--uri", uri,
+                               "--issue", str(tmp_path / "drafts")], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (draft,) = (tmp_path / "drafts").glob("*/draft.md")  # the first change's upstream report, with its script
+    assert draft.parent.name == f"{plant.NAME}-inference-bs32-{plant.PROJECT}==1.1" and (draft.parent / "repro.py").is_file()
+    assert f"nnbench bisect {plant.PROJECT} 1.0.1..1.2" in draft.read_text() and "slower" in draft.read_text()
     head = next(ln for ln in r.stdout.splitlines() if ln.startswith("first changed at"))
     assert head.startswith(f"first changed at {plant.PROJECT} 1.1 (1.0.1 → 1.1): ×") and ", slower, " in head, head
     where = r.stdout.splitlines()[r.stdout.splitlines().index(head) + 1]  # profiled by default: its 30% more matmuls

@@ -255,6 +255,8 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
      "argument --unpaired: not allowed with argument --paired"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--pairs", "3", *POINT],
      "--pairs set the paired comparison: drop --unpaired"),
+    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--issue", "drafts", *POINT],
+     "--issue set the paired comparison: drop --unpaired"),
     (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", *TORCH], "unrecognized arguments: --order"),
     (["bisect", "nnbench-planted", "1.0..1.7", *POINT], EXTERNAL),
     (["bisect", "nnbench-planted", "1.0..1.7", "--repeats", "2", *TORCH],
