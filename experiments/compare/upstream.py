@@ -59,7 +59,7 @@ def drafts(rows: list[CellVerdict], sweep: Path, out: Path, command: str) -> lis
     written = []
     for r in (r for r in rows if r.verdict == Verdict.SLOWER):
         ra, rb = point(sweep, r, r.baseline), point(sweep, r, r.variant)
-        label = rb.tags.get("env_spec") or r.variant
+        label = f"{rb.params.get('framework', '')}-{rb.tags['env_spec']}" if "env_spec" in rb.tags else r.variant
         folder = out / re.sub(r"[^A-Za-z0-9.=-]+", "-", f"{r.model}-{r.op}-bs{r.batch_size}-{label}")
         folder.mkdir(parents=True, exist_ok=True)
         a, b = exported(ra, r, folder / "a"), exported(rb, r, folder / "b")

@@ -157,7 +157,8 @@ def test_a_planted_regression_is_found_and_placed(planted, tmp_path):
                                "--issue", str(tmp_path / "drafts")], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (draft,) = (tmp_path / "drafts").glob("*/draft.md")  # the first change's upstream report, with its script
-    assert draft.parent.name == f"{plant.NAME}-inference-bs32-{plant.PROJECT}==1.1" and (draft.parent / "repro.py").is_file()
+    assert draft.parent.name == f"{plant.NAME}-inference-bs32-torch-{plant.PROJECT}==1.1"
+    assert (draft.parent / "repro.py").is_file()
     assert f"nnbench bisect {plant.PROJECT} 1.0.1..1.2" in draft.read_text() and "slower" in draft.read_text()
     head = next(ln for ln in r.stdout.splitlines() if ln.startswith("first changed at"))
     assert head.startswith(f"first changed at {plant.PROJECT} 1.1 (1.0.1 → 1.1): ×") and ", slower, " in head, head
