@@ -170,7 +170,7 @@ class Group:
                 mine = [(op, where[cell]) for op in point.ops if (cell := pairs.Cell(point.batch_size, op)) in where]
                 collector.results[i] = results(point, [compared[c] for _, c in mine], s, framework)
                 ops = {op: judged[(s, c)] for op, c in mine if (s, c) in judged}
-                collector.paired[i] = self.paired(s, ops, readies)
+                collector.paired[i] = self.paired(s, ops, readies, point.batch_size)
                 collector.changed[i] = {op for op, c in mine if (s, c) in profiled}
                 collector.cut(i, interrupted) if interrupted else collector.measured_all(i)
             answer.cells += [self.evidence(s, c, judged[(s, i)]) for i, c in enumerate(compared)
@@ -184,14 +184,14 @@ class Group:
             return set()
         return {(side, i) for (s, i), c in judged.items() if c.verdict.changed for side in (s, self.bases[s])}
 
-    def paired(self, s: int, ops: dict[str, PairedComparison], readies: list[Ready | None]) -> Paired:
+    def paired(self, s: int, ops: dict[str, PairedComparison], readies: list[Ready | None], batch_size: int) -> Paired:
         b = self.bases[s]
         if s == b:
             return Paired(self.names[s], self.names[b])
         job = self.jobs[self.live[s]]
         return Paired(self.names[s], self.names[b], {op: c for op, c in ops.items() if c.pairs},
                       differences(readies[s], job, readies[b], self.jobs[self.live[b]]),
-                      {op: repro(self.overrides, pairs.Cell(job.points[0].batch_size, op)) for op in ops})
+                      {op: repro(self.overrides, pairs.Cell(batch_size, op)) for op in ops})
 
     def evidence(self, s: int, c: pairs.Compared, judged: PairedComparison) -> Evidence:
         b = self.bases[s]

@@ -96,6 +96,8 @@ def test_readme_sweep_is_paired(readme_sweep):
         assert set(rows[f"tags.{op}_verdict"]) == {"no verdict"}
         assert set(rows[f"metrics.{op}_speedup_trials"]) == {1}
         assert f"metrics.{op}_speedup_ci95_low" not in df or df[f"metrics.{op}_speedup_ci95_low"].isna().all()
+        for bs, repro in zip(rows["params.batch_size"], rows[f"tags.{op}_repro"]):  # each its own cell
+            assert repro.endswith(f"batch_size={bs} 'ops=[{op}]'") and "framework=jax,torch" in repro, repro
         for bs, speedup in zip(rows["params.batch_size"], rows[f"metrics.{op}_speedup"]):
             cell = f"speedup_{op}_bs{bs}_lenet_jax-jit_fp32_vs_torch-eager_fp32"
             assert cells[cell] == pytest.approx(speedup, rel=1e-3)
