@@ -71,7 +71,7 @@ def test_defaults_follow_each_frameworks_idiom(make_cfg):
     assert (c.runtime.start, c.runtime.compile_cache) == ("fork", True)  # the schema's defaults, nothing else's
 
 
-@pytest.mark.parametrize("bench,trials,rounds,most,ci", [("quick", 1, 5, 1, 0.5), ("default", 5, 25, 12, 0.05),
+@pytest.mark.parametrize("bench,trials,rounds,most,ci", [("quick", 1, 5, 1, 0.5), ("default", 5, 25, 12, 0.1),
                                                           ("thorough", 10, 75, 24, 0.02)])
 def test_each_bench_preset_sets_its_paired_trials(make_cfg, bench, trials, rounds, most, ci):
     """bench.processes is the paired trials at first; unsettled cells get more, up to max_processes."""

@@ -174,14 +174,7 @@ class Backend:
         return device_name(self.device)
 
     def prepare(self, spec: Model, op: str, batch: int, seed: int) -> Step:
-        validate_op(spec, op)
-        validate_side(spec, "jax")
-        precision = self.setup.precision
-        x, y = spec.make_batch(batch, seed)
-        x, y = to_input(x, spec.input, precision, self.device), to_input(y, spec.target, precision, self.device)
-        model = build(spec, seed, precision, train=op != "inference")
-        jit = jax.jit if self.setup.compile else lambda f, **_: f
-        jitted, fn, args = PROGRAMS[op](spec, model, jit, self.device, x, y)
+        jitted, fn, args = self.program(spec, op, batch, seed, jax.jit if self.setup.compile else lambda f, **_: f)
         if not self.setup.compile:
             return Step(fn, jax.block_until_ready, device_of)
 
@@ -192,17 +185,21 @@ class Backend:
                     program=lambda: compiled().as_text(),  # XLA's optimized HLO
                     cost=lambda: cost_flops(compiled().cost_analysis()))
 
-    def export(self, spec: Model, op: str, batch: int, seed: int, out: Path) -> list[Path]:
-        """The op's jitted program as jax.export serializes it (`out`.jax, StableHLO) and its arguments (`out`.npz,
-        flat, in the order of the program's input tree), for a script with jax alone: the whole step, the
-        optimizer's update included (training), jitted whatever the set-up (an export is a traced program)."""
+    def program(self, spec: Model, op: str, batch: int, seed: int, jit):
+        """The op's (jitted, fn, args) on its model and batch, built on this device at the set-up's precision."""
         validate_op(spec, op)
         validate_side(spec, "jax")
         precision = self.setup.precision
         x, y = spec.make_batch(batch, seed)
         x, y = to_input(x, spec.input, precision, self.device), to_input(y, spec.target, precision, self.device)
         model = build(spec, seed, precision, train=op != "inference")
-        jitted, _, args = PROGRAMS[op](spec, model, jax.jit, self.device, x, y)
+        return PROGRAMS[op](spec, model, jit, self.device, x, y)
+
+    def export(self, spec: Model, op: str, batch: int, seed: int, out: Path) -> list[Path]:
+        """The op's jitted program as jax.export serializes it (`out`.jax, StableHLO) and its arguments (`out`.npz,
+        flat, in the order of the program's input tree), for a script with jax alone: the whole step, the
+        optimizer's update included (training), jitted whatever the set-up (an export is a traced program)."""
+        jitted, _, args = self.program(spec, op, batch, seed, jax.jit)
         program, arrays = out.with_suffix(".jax"), out.with_suffix(".npz")
         program.write_bytes(jax.export.export(jitted)(*args()).serialize())
         np.savez(arrays, *(np.asarray(a) for a in jax.tree.leaves(args())))
