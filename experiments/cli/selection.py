@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.common.errors import BadInput, first_line
-from experiments.common.options import positive, probability, threshold
+from experiments.common.options import positive, probability, threshold, writable
 from experiments.store.select import filter_string, pairs_of
 from experiments.store.uris import DEFAULT_URI, failure, readable
 
@@ -51,7 +51,7 @@ def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
 
 
 def add_issue(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--issue", type=Path, metavar="DIR", help="paired: for each cell judged slower, a folder here with "
+    p.add_argument("--issue", type=writable("--issue", directory=True), metavar="DIR", help="paired: for each cell judged slower, a folder here with "
                    "a Markdown draft for the framework's tracker and a standalone script that times the two sides' "
                    "exported steps with the framework alone (docs/comparing.md)")
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from experiments.cli.selection import (add_design, add_environments, add_issue, add_pairing, answering,
                                        design_flags, design_given)
 from experiments.common.errors import BadInput
+from experiments.common.options import writable
 from experiments.compare import environments, versions
 from experiments.store.uris import store_uri, validate
 
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(fast, finds only large changes here; the way for framework=external) instead of comparing "
                    "adjacent versions paired")
     add_design(p)
-    p.add_argument("--markdown", type=Path, metavar="FILE", help="paired: also write a short Markdown report of the "
+    p.add_argument("--markdown", type=writable("--markdown", directory=False), metavar="FILE", help="paired: also write a short Markdown report of the "
                    "cells that changed (a CI job summary, a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
     add_issue(p)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 
 
 def _number(text: str, flag: str, example: str) -> float:
@@ -49,4 +51,21 @@ def positive(flag: str, example: str, kind=float, least: float = 0, strict: bool
             bound = f"above {least:g}" if strict else f"at least {least:g}"
             raise argparse.ArgumentTypeError(f"{flag} {text} must be {bound}: e.g. {flag} {example}")
         return kind(x)
+    return parse
+
+
+def writable(flag: str, directory: bool):
+    """A path to write later, checked now: a directory (`directory`), existing or to be made, or a file; the nearest
+    existing folder must be one this process can write into, so a measurement never ends on a path it can't use."""
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if path.exists() and path.is_dir() != directory:
+            what, fix = ("a file", "name a folder") if directory else ("a folder", "name a file")
+            raise argparse.ArgumentTypeError(f"{flag} {text} is {what}: {fix}")
+        base = path if directory else path.parent
+        nearest = next(a for a in (base, *base.parents) if a.exists())
+        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{flag} {text}: {nearest} is not a folder this user can write into: "
+                                             "give a path under one")
+        return path
     return parse
