@@ -12,65 +12,71 @@ import pytest
 
 from experiments.cli import main
 from experiments.selfcheck import planted as plant
-from tests.cli.conftest import PLANTED_POINT
+from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT
 from tests.helpers import nnbench, run, runs, with_store
 
-VERSIONS = [f"1.{i}" for i in range(8)]
+VERSIONS = [f"1.{i}" for i in range(5)]
 # The planted package's own runner in each environment (an external runner: unpaired only): one point, its op 28 ms
-# (20 + 32/4), 5 processes a version, no machine check before each sweep (it measures nothing the test reads).
+# (20 + 32/4), 3 processes of 0.2 s a version, no machine check before each sweep (it measures nothing the test reads).
 POINT = ["framework=external", "external.name=planted", f"external.command='{plant.COMMAND}'", "ops=[inference]",
-         "batch_size=32", "bench=quick", "bench.processes=5", "bench.machine_check_s=0"]
+         "batch_size=32", "bench=quick", "bench.processes=3", "bench.max_time_s=0.2", "bench.machine_check_s=0"]
 # A tiny torch point, for paired comparisons (an external runner can't be paired): each environment's interpreter
 # imports torch from this one (nnbench-base.pth).
 TORCH = ["framework=torch", "model=mlp_relu", "batch_size=2", "ops=[inference]", "framework.threads=1"]
 
 
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> str:
+    """VERSIONS of nnbench-planted, a step of 30% at 1.3, on a local package index (built once for the module)."""
+    root = tmp_path_factory.mktemp("planted-steps")
+    return plant.index(plant.wheels(root / "wheels", plant.steps(VERSIONS, "1.3", 1.3)), root / "index")
+
+
 @pytest.fixture
-def offline(monkeypatch, tmp_path):
-    """Only the test's own index, no network for uv, and a cache of environments of the test's own."""
+def offline(index, monkeypatch, tmp_path):
+    """Only that index, no network for uv, and a cache of environments of the test's own."""
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("UV_OFFLINE", "1")
     monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp_path / "envs"))
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
-                "UV_FIND_LINKS"):
+    for var in INDEX_VARIABLES:
         monkeypatch.delenv(var, raising=False)
-    wheels = plant.wheels(tmp_path / "wheels", plant.steps(VERSIONS, "1.5", 1.3))
-    return plant.index(wheels, tmp_path / "index")
+    return index
 
 
 @pytest.mark.slow
 def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path):
-    """versions measures all eight releases; bisect names 1.5 after measuring at most five; history puts exactly
-    one change point at 1.5."""
+    """versions measures all five releases; bisect names 1.3 after measuring at most four; history puts exactly
+    one change point at 1.3."""
     spec = f"nnbench-planted=={','.join(VERSIONS)}"
-    r = nnbench("versions", [spec, "--unpaired", "--index-url", offline, "--", *POINT], tmp_path)
+    r = nnbench("versions", [spec, "--unpaired", "--index-url", offline, "--", *POINT], with_store(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     df = points(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert sorted(df["tags.nnbench_planted_version"]) == sorted(df["params.nnbench_planted_version"]) == VERSIONS
     assert set(df["tags.design"]) == {"unpaired"}
-    assert df["tags.env_fingerprint"].nunique() == 8 and set(df["tags.env_changes"]) == {
+    assert df["tags.env_fingerprint"].nunique() == 5 and set(df["tags.env_changes"]) == {
         f"nnbench-planted (none)→{v}" for v in VERSIONS}
     in_order = df.sort_values("start_time")["tags.nnbench_planted_version"].tolist()
     assert in_order == VERSIONS  # interleaved: one job per environment, in the spec's order
-    assert "nnbench-planted==1.5" in " ".join(df["tags.mlflow.runName"])
+    assert "nnbench-planted==1.3" in " ".join(df["tags.mlflow.runName"])
 
     h = nnbench("history", ["--by", "nnbench_planted_version", "mode=planted", "--out", str(tmp_path / "h")], tmp_path)
     assert h.returncode == 0, h.stderr
     r = pd.read_csv(tmp_path / "h" / "regressions.csv", dtype=str)
-    assert list(r["where"]) == ["1.5"] and list(r["verdict"]) == ["slower"], h.stdout
+    assert list(r["where"]) == ["1.3"] and list(r["verdict"]) == ["slower"], h.stdout
 
-    b = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--unpaired", "--index-url", offline, "--uri",
+    with_store(tmp_path, "bisect/mlflow.db")
+    b = nnbench("bisect", ["nnbench-planted", "1.0..1.4", "--unpaired", "--index-url", offline, "--uri",
                            f"sqlite:///{tmp_path}/bisect/mlflow.db", *POINT], tmp_path)
     assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
-    assert "first changed at nnbench-planted 1.5 (1.4 → 1.5): slower" in b.stdout, b.stdout
+    assert "first changed at nnbench-planted 1.3 (1.2 → 1.3): slower" in b.stdout, b.stdout
     measured = next(ln for ln in b.stdout.splitlines() if ln.startswith("measured "))
-    assert int(measured.split()[1]) <= 5, measured
+    assert int(measured.split()[1]) <= 4, measured
     parents = runs(f"sqlite:///{tmp_path}/bisect/mlflow.db", parents=True)  # the sweeps, nested under the bisect
-    bisect = runs_named(f"sqlite:///{tmp_path}/bisect/mlflow.db", "bisect nnbench-planted 1.0..1.7")
-    assert bisect["tags.first_changed"] == "1.5" and set(parents["tags.mlflow.parentRunId"]) == {bisect["run_id"]}
+    bisect = runs_named(f"sqlite:///{tmp_path}/bisect/mlflow.db", "bisect nnbench-planted 1.0..1.4")
+    assert bisect["tags.first_changed"] == "1.3" and set(parents["tags.mlflow.parentRunId"]) == {bisect["run_id"]}
 
-    again = nnbench("bisect", ["nnbench-planted", "1.0..1.7", "--unpaired", "--index-url", offline, *POINT], tmp_path)
-    assert again.returncode == 0 and "measured 0 of 8 versions" in again.stdout  # versions' runs, reused
+    again = nnbench("bisect", ["nnbench-planted", "1.0..1.4", "--unpaired", "--index-url", offline, *POINT], tmp_path)
+    assert again.returncode == 0 and "measured 0 of 5 versions" in again.stdout  # versions' runs, reused
 
 
 @pytest.fixture(scope="module")
@@ -253,22 +259,22 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
     (["versions", "nnbench-planted==1.0,1.1", "--", *POINT], EXTERNAL),
     (["versions", "nnbench-planted==1.0,1.1", "--paired", "--unpaired", "--", *TORCH],
      "argument --unpaired: not allowed with argument --paired"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--pairs", "3", *POINT],
+    (["bisect", "nnbench-planted", "1.0..1.4", "--unpaired", "--pairs", "3", *POINT],
      "--pairs set the paired comparison: drop --unpaired"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", "--issue", "drafts", *POINT],
+    (["bisect", "nnbench-planted", "1.0..1.4", "--unpaired", "--issue", "drafts", *POINT],
      "--issue set the paired comparison: drop --unpaired"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--order", "random", *TORCH], "unrecognized arguments: --order"),
-    (["bisect", "nnbench-planted", "1.0..1.7", *POINT], EXTERNAL),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--repeats", "2", *TORCH],
+    (["bisect", "nnbench-planted", "1.0..1.4", "--order", "random", *TORCH], "unrecognized arguments: --order"),
+    (["bisect", "nnbench-planted", "1.0..1.4", *POINT], EXTERNAL),
+    (["bisect", "nnbench-planted", "1.0..1.4", "--repeats", "2", *TORCH],
      "--repeats replicates the unpaired sweep: add --unpaired, or set --pairs N"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--max-pairs", "3", *TORCH],
+    (["bisect", "nnbench-planted", "1.0..1.4", "--max-pairs", "3", *TORCH],
      "--max-pairs 3 is below --pairs 5 (bench.processes of the bench preset)"),
     (["bisect", "nnbench-planted", "1.1..1.1", *POINT], "nnbench-planted has 1 released version(s) in 1.1..1.1"),
-    (["bisect", "nnbench-planted", "1.0.1.7", *POINT], "range '1.0.1.7' is not A..B"),
-    (["bisect", "nnbench-nosuch", "1.0..1.7", *POINT], "cannot list the versions of nnbench-nosuch: "),
-    (["bisect", "nnbench-planted", "1.0..1.7", *POINT, "ops=[inference,training]"],
+    (["bisect", "nnbench-planted", "1.0.1.4", *POINT], "range '1.0.1.4' is not A..B"),
+    (["bisect", "nnbench-nosuch", "1.0..1.4", *POINT], "cannot list the versions of nnbench-nosuch: "),
+    (["bisect", "nnbench-planted", "1.0..1.4", *POINT, "ops=[inference,training]"],
      "the overrides make 2 measured ops; bisect follows one"),
-    (["bisect", "nnbench-planted", "1.0..1.7", "--unpaired", *POINT, "bench.processes=1"],
+    (["bisect", "nnbench-planted", "1.0..1.4", "--unpaired", *POINT, "bench.processes=1"],
      "bisect --unpaired judges versions by their processes, and this sweep measures one per version"),
 ])
 def test_bad_input_is_one_line_before_anything_is_built_or_measured(offline, tmp_path, monkeypatch, capsys, argv,

@@ -18,7 +18,7 @@ from experiments.measure import parity
 from experiments.measure.backends import Unsupported, load
 from experiments.measure.parity import counted
 from experiments.sweep import hydra_errors, preflight
-from tests.helpers import FORMAT, ROOT, budget, run, runs
+from tests.helpers import BRIEF, FORMAT, ROOT, budget, run, runs, with_store
 
 # A small MLP in both frameworks, the weight map from the Flax side's paths to the torch side's names.
 MLP = '''
@@ -290,7 +290,7 @@ def test_a_sweep_of_a_network_from_a_file(nets, tmp_path):
     """`model=file model.path=./mlp.py` from the user's directory: both frameworks measured, the key passed on."""
     (tmp_path / "mlp.py").write_text((nets / "mlp.py").read_text())
     r = run(["-m", "framework=jax,torch", "model=file", "model.path=./mlp.py", "+model.width=8", "batch_size=8",
-             "bench=quick"], cwd=tmp_path)
+             *BRIEF], cwd=with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert len(df) == 2 and set(df["status"]) == {"FINISHED"}
