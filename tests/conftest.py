@@ -53,6 +53,16 @@ def _gpu_visible() -> bool:
 FAST_MODELS = ("lenet", "mlp_relu")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker per core for the fast tier, whose tests all compute; one more for
+    the full suite, whose workers often wait (on SLURM, a server, a fault's moment). PYTEST_XDIST_AUTO_NUM_WORKERS
+    still decides where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0))
+    return cores if "not slow" in (config.option.markexpr or "") else cores + 1
+
+
 def pytest_collection_modifyitems(config, items):
     others = set(models.available()) - set(FAST_MODELS)
     for item in items:
