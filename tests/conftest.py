@@ -53,6 +53,7 @@ def _gpu_visible() -> bool:
 FAST_MODELS = ("lenet", "mlp_relu")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the suite also runs without xdist (-p no:xdist)
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's addopts): a worker per core for the fast tier, whose tests all compute; one more for
     the full suite, whose workers often wait (on SLURM, a server, a fault's moment). PYTEST_XDIST_AUTO_NUM_WORKERS
