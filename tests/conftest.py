@@ -60,7 +60,8 @@ def pytest_xdist_auto_num_workers(config):
     still decides where it is set."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    cores = len(os.sched_getaffinity(0))
+    affinity = getattr(os, "sched_getaffinity", None)  # not on macOS
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
     return cores if "not slow" in (config.option.markexpr or "") else cores + 1
 
 
