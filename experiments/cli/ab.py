@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from experiments.cli.selection import add_design, add_issue, add_uri, design_flags
-from experiments.common.options import writable
 from experiments.common.errors import LOST, OK
+from experiments.common.options import writable
 from experiments.measure.verdict import PAIRED_THRESHOLD
 
 
@@ -32,8 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="the sweep's dir (default: a new temporary directory)")
     p.add_argument("--json", action="store_true", help="print the verdicts as one JSON object; the sweep's own "
                                                        "lines go to stderr")
-    p.add_argument("--markdown", type=writable("--markdown", directory=False), metavar="FILE", help="also write a short Markdown report of the cells "
-                   "that changed (for a CI job summary or a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--markdown", type=writable("--markdown", directory=False), metavar="FILE",
+                   help="also write a short Markdown report of the cells that changed (for a CI job summary or a PR "
+                        "comment: e.g. $GITHUB_STEP_SUMMARY)")
     add_issue(p)
     add_uri(p)
     p.add_argument("--experiment", default="nnbench", help="MLflow experiment (default %(default)s)")

@@ -51,9 +51,10 @@ def add_design(p: argparse.ArgumentParser, verdict: bool = True) -> None:
 
 
 def add_issue(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--issue", type=writable("--issue", directory=True), metavar="DIR", help="paired: for each cell judged slower, a folder here with "
-                   "a Markdown draft for the framework's tracker and a standalone script that times the two sides' "
-                   "exported steps with the framework alone (docs/comparing.md)")
+    p.add_argument("--issue", type=writable("--issue", directory=True), metavar="DIR",
+                   help="paired: for each cell judged slower, a folder here with a Markdown draft for the framework's "
+                        "tracker and a standalone script that times the two sides' exported steps with the framework "
+                        "alone (docs/comparing.md)")
 
 
 DESIGN_FLAGS = ("pairs", "max_pairs", "bursts", "burst_ms")  # what `add_design` adds besides the verdict's

@@ -52,8 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(fast, finds only large changes here; the way for framework=external) instead of comparing "
                    "adjacent versions paired")
     add_design(p)
-    p.add_argument("--markdown", type=writable("--markdown", directory=False), metavar="FILE", help="paired: also write a short Markdown report of the "
-                   "cells that changed (a CI job summary, a PR comment: e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--markdown", type=writable("--markdown", directory=False), metavar="FILE",
+                   help="paired: also write a short Markdown report of the cells that changed (a CI job summary, a PR "
+                        "comment: e.g. $GITHUB_STEP_SUMMARY)")
     add_issue(p)
 
 

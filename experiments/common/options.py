@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
+import tempfile
 from pathlib import Path
 
 
@@ -64,8 +64,10 @@ def writable(flag: str, directory: bool):
             raise argparse.ArgumentTypeError(f"{flag} {text} is {what}: {fix}")
         base = path if directory else path.parent
         nearest = next(a for a in (base, *base.parents) if a.exists())
-        if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+        try:  # a file made and dropped there: permission bits don't tell (root, read-only mounts, /proc)
+            tempfile.TemporaryFile(dir=nearest).close()
+        except OSError:
             raise argparse.ArgumentTypeError(f"{flag} {text}: {nearest} is not a folder this user can write into: "
-                                             "give a path under one")
+                                             "give a path under one") from None
         return path
     return parse

@@ -151,6 +151,8 @@ BAD = [  # argv, exit code, words the one line must hold
     (["ab", "framework=jax,torch", "--markdown", "{tmp}"], 2, ["--markdown", "is a folder: name a file"]),
     (["versions", "jax==0.10.0,0.10.1", "--markdown", "{tmp}/mlruns/mlflow.db/x.md"], 2,
      ["mlflow.db is not a folder this user can write into"]),
+    (["versions", "jax==0.10.0,0.10.1", "--markdown", "/proc/x.md"], 2,  # writable by its mode bits, even for root
+     ["/proc is not a folder this user can write into"]),
     (["overhead", "bogus=1"], 2, ["unknown key 'bogus'"]),
     (["overhead", "model=nosuch"], 2, ["unknown model 'nosuch'"]),
     (["overhead", "--readme", "model=lenet"], 2, ["give one of them"]),
