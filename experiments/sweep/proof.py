@@ -13,6 +13,7 @@ import logging
 import subprocess
 from pathlib import Path
 
+from experiments.common.config import EXTERNAL
 from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.measure.flops import source as flops_source
@@ -48,6 +49,12 @@ def uncounted(spec: Model) -> bool:
     return isinstance(spec, Network) and spec.flops is None
 
 
+def checks(job: Job) -> bool:
+    """Whether the job's model is checked: parity=true, and nnbench's jax and torch measure it (a runner times its
+    own code)."""
+    return job.config.parity and job.config.framework.name != EXTERNAL
+
+
 def key(job: Job) -> str:
     what = {"model": dict(job.config.model), "source": source_tags(job.spec),
             "points": sorted({f"{op}:{p.batch_size}" for p in job.points for op in p.ops})}
@@ -81,7 +88,7 @@ def proof(job: Job, directory: Path) -> Proof:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return Proof.from_json(path.read_text())
-        what = [w for w, needs in (("checking that jax and torch compute the same function", job.config.parity
+        what = [w for w, needs in (("checking that jax and torch compute the same function", checks(job)
                                     and checkable(job.spec)), ("counting its FLOPs", uncounted(job.spec))) if needs]
         log.info("%s: %s, in a process of its own", job.spec.name or job.config.model["name"], " and ".join(what))
         got, answered = ask(job, job.config.bench.timeout_s)
@@ -92,7 +99,7 @@ def proof(job: Job, directory: Path) -> Proof:
 
 def tagged(job: Job, directory: Path) -> Job:
     """The job with its model's tags and, for a network the worker can't count, its FLOPs per op and batch."""
-    spec, check = job.spec, job.config.parity
+    spec, check, external = job.spec, checks(job), job.config.framework.name == EXTERNAL
     if spec is None or not job.points:  # an external runner's model; or nothing left to measure
         return job
     got = None
@@ -101,7 +108,8 @@ def tagged(job: Job, directory: Path) -> Job:
             got = proof(job, directory)
         except OSError as e:  # the sweep's dir: its points are still measured, their parity unchecked
             got = Proof(Parity("unchecked", reason=f"the parity check's answer could not be kept: {first_line(e)}"), [])
-    parity = Parity("unchecked", reason="parity=false: not checked") if not check \
+    unchecked = "framework=external: the runner's own code, not checked" if external else "parity=false: not checked"
+    parity = Parity("unchecked", reason=unchecked) if not check \
         else got.parity if got else parity_check(spec)  # unchecked at once, with the reason: nothing is imported
     counts = sides(spec)
     tags = source_tags(spec) | {"parity": parity.status, "flops_source": flops_source(spec),

@@ -3,6 +3,7 @@ where the FLOPs come from, the parameter count per framework, the network's sour
 and a framework the network lacks, skipped in the parent with the reason."""
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import pytest
@@ -46,6 +47,17 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
                            "training:8": j.flops["training:8"]} and j.request().flops == j.flops
     off = proof.tagged(job(make_cfg, nets, "mlp.py", "parity=false"), tmp_path / "off")
     assert off.tags["parity"] == "unchecked" and off.tags["parity_reason"] == "parity=false: not checked"
+
+
+def test_an_external_runner_s_job_starts_no_parity_process(make_cfg, tmp_path, monkeypatch):
+    """A runner times its own code: nothing of nnbench's jax and torch models to check, whatever parity says."""
+    monkeypatch.setattr(proof, "ask", lambda j, t: pytest.fail("no parity process for an external runner"))
+    c = preflight.typed(make_cfg("framework=external", "external.name=Reference", f"external.command='{sys.executable} -c pass'",
+                                 "model=lenet", "bench=quick", "parity=true"))
+    tagged = proof.tagged(preflight.job(c), tmp_path)
+    assert tagged.tags["parity"] == "unchecked" and tagged.tags["flops_source"] == "dsl"
+    assert tagged.tags["parity_reason"] == "framework=external: the runner's own code, not checked"
+    assert not (tmp_path / proof.PROOFS).exists()
 
 
 def test_a_parity_process_that_fails_is_a_failed_parity_and_not_kept(make_cfg, nets, tmp_path):
