@@ -65,7 +65,19 @@ def pytest_xdist_auto_num_workers(config):
     return cores if "not slow" in (config.option.markexpr or "") else cores + 1
 
 
+# The directories whose modules run whole sweeps (seconds to minutes each, often waiting on a cluster or a server):
+# their modules go first, so no long module is started last and ends the run alone. xdist keeps this order
+# (pyproject's --no-loadscope-reorder: its own order, by the number of tests, put those few-test modules last).
+FIRST = ("sweep", "cli", "models")
+
+
+def first(item) -> int:
+    parts = item.nodeid.split("/")
+    return FIRST.index(parts[1]) if len(parts) > 2 and parts[1] in FIRST else len(FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=first)  # stable: each module's tests keep their order
     others = set(models.available()) - set(FAST_MODELS)
     for item in items:
         if getattr(item, "callspec", None) and item.callspec.params.get("name") in others:
