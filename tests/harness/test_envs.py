@@ -168,3 +168,18 @@ def test_a_manifest_reads_and_writes_the_json_that_caches_hold(tmp_path):
     m.write(tmp_path)
     assert (tmp_path / ENV_MANIFEST).read_text() == text
     assert envs.Manifest.read(tmp_path / "nowhere") is None
+
+
+def test_a_backend_that_fails_its_step_in_a_built_environment_is_one_line(tmp_path):
+    """The smoke step (one LeNet training step per changed framework) fails: a BuildError naming the spec, the
+    framework, what else moved to fit, and the step's last line."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                      "echo 'AttributeError: module jax has no attribute tree' >&2\nexit 1\n")
+    python.chmod(0o755)
+    (spec,) = envs.parse(["jax==0.10.0"])
+    changes = {"jax": ("0.10.2", "0.10.0"), "jaxlib": ("0.10.2", "0.10.0"), "ml-dtypes": ("0.5.1", "0.5.0")}
+    with pytest.raises(envs.BuildError) as e:
+        envs.smoke(python, spec, changes)
+    assert str(e.value) == ("jax==0.10.0: nnbench's jax backend fails with ml-dtypes 0.5.1→0.5.0 moved to fit: "
+                            "AttributeError: module jax has no attribute tree")
