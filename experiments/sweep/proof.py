@@ -99,7 +99,7 @@ def proof(job: Job, directory: Path) -> Proof:
 
 def tagged(job: Job, directory: Path) -> Job:
     """The job with its model's tags and, for a network the worker can't count, its FLOPs per op and batch."""
-    spec, check, external = job.spec, checks(job), job.config.framework.name == EXTERNAL
+    spec, check = job.spec, checks(job)
     if spec is None or not job.points:  # an external runner's model; or nothing left to measure
         return job
     got = None
@@ -108,7 +108,8 @@ def tagged(job: Job, directory: Path) -> Job:
             got = proof(job, directory)
         except OSError as e:  # the sweep's dir: its points are still measured, their parity unchecked
             got = Proof(Parity("unchecked", reason=f"the parity check's answer could not be kept: {first_line(e)}"), [])
-    unchecked = "framework=external: the runner's own code, not checked" if external else "parity=false: not checked"
+    unchecked = "framework=external: the runner's own code, not checked" if job.config.parity \
+        else "parity=false: not checked"
     parity = Parity("unchecked", reason=unchecked) if not check \
         else got.parity if got else parity_check(spec)  # unchecked at once, with the reason: nothing is imported
     counts = sides(spec)
