@@ -214,12 +214,18 @@ class Config:
 
 def logged(config: Config) -> dict:
     """The config as plain data, the one place it is derived: what a point logs (config.yaml, the flattened
-    `config.*` params) and what its resume key hashes. Options by name; keys left unset (MISSING) are left out."""
-    def known(d: dict) -> dict:
-        return {k: known(v) if isinstance(v, dict) else v for k, v in d.items() if v != MISSING}
+    `config.*` params) and what its resume key hashes. Options by name; keys left unset (MISSING) are left out.
+    The typed config holds values only (its interpolations resolved at the door), so this is OmegaConf's own
+    rendering (`to_container(structured(config), enum_to_str=True)`) without building its nodes: a sweep derives
+    it for every point and cell."""
+    def plain(v):
+        if isinstance(v, Enum):
+            return v.name
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items() if not (isinstance(x, str) and x == MISSING)}
+        return [plain(x) for x in v] if isinstance(v, (list, tuple)) else v
 
-    return known(OmegaConf.to_container(OmegaConf.structured(config), resolve=True, enum_to_str=True,
-                                        throw_on_missing=False))
+    return plain(dataclasses.asdict(config))
 
 
 def register(pythons: list[str] | tuple[str, ...] = ()) -> None:

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import yaml
 
 import models
 from experiments.common.columns import PAIRED, PARAMS
@@ -218,3 +219,23 @@ def test_an_unpaired_point_says_so_and_a_failed_one_says_nothing_of_design():
     assert not any("speedup" in k for k in rec.metrics)
     failed = build(Point(8, ("inference",)), [PointResult(8, failure="worker killed by SIGSEGV")])
     assert "design" not in failed.tags
+
+
+@pytest.mark.parametrize("overrides", [
+    ("framework=jax", "model=lenet"), ("experiment=seed000", "framework=torch", "model=resnet", "precision=bf16"),
+    ("experiment=modern", "framework=jax", "model=gpt_tiny", "framework.compile=false", "batch_size=8", "ops=[grad]"),
+    ("framework=external", "external.name=x", "external.command='echo'", "runtime.allocator=jemalloc")])
+def test_the_logged_config_is_omegaconfs_rendering_so_resume_keys_hold(overrides):
+    """What a point logs and its resume key hashes, as OmegaConf renders the typed config (options by name, unset
+    keys left out): stores written before keep matching."""
+    from omegaconf import MISSING, OmegaConf
+
+    from experiments.common.config import logged
+
+    def known(d: dict) -> dict:
+        return {k: known(v) if isinstance(v, dict) else v for k, v in d.items() if v != MISSING}
+
+    c = config(*overrides)
+    c = replace(c, external=replace(c.external, command=MISSING))  # a key left unset
+    rendered = known(OmegaConf.to_container(OmegaConf.structured(c), enum_to_str=True, throw_on_missing=False))
+    assert yaml.safe_dump(logged(c), sort_keys=False) == yaml.safe_dump(rendered, sort_keys=False)  # config.yaml
