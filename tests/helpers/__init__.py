@@ -30,6 +30,9 @@ TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3},
 # The seed's models, and those beyond them (experiment=modern): tests that compile every op of every model run the
 # modern ones on fewer ops, to keep the suite's time.
 SEEDS = ("lenet", "matmul_chain", "mlp_batchnorm", "mlp_gelu", "mlp_relu", "resnet")
+# The models whose every op tests/measure/test_backends.py runs through torch.compile, counting its graphs (a graph
+# takes 5-20 s to compile here: no other test compiles these again)
+TORCH_COMPILED = ("mlp_relu", "lenet")
 FORMAT = {"jax": "nhwc", "torch": "contiguous"}  # each framework's default framework.memory_format
 # bench=quick cut further, for a sweep whose test asserts what the sweep does (its runs, statuses, lines), not what
 # it measured: a few samples per op, no warm-up time, no check of the machine's noise.
