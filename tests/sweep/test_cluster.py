@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from experiments.common.config import README_SWEEP as SWEEP
 from tests.helpers import BRIEF, ROOT, run, runs, unavailable, with_store
@@ -97,13 +98,20 @@ def test_readme_sweep_through_slurm(slurm, local_sweep, tmp_path):
 
 
 def test_readme_sweep_with_submitit_local(local_sweep, tmp_path):
+    """Jobs in submitit's processes find the sweep's parent through the sweep dir (its unique suffix drawn once in
+    the launching process, reaching every job through Hydra's resolver cache): the leader rebuilds its sibling from
+    the sweep's state and measures both, paired, under that parent (test_sweep.py: the same with joblib)."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     r = run(["-m", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=1", *README_SWEEP],
             with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    assert same_points(runs(uri), local_sweep)
-    assert set(runs(uri, parents=True)["status"]) == {"FINISHED"}
+    df, (parent,) = runs(uri), runs(uri, parents=True).itertuples()
+    assert same_points(df, local_sweep) and parent.status == "FINISHED"
+    assert (df["tags.mlflow.parentRunId"] == parent.run_id).all()
+    assert set(df["tags.design"]) == {"paired"} and df["metrics.inference_speedup"].notna().sum() == 1
+    assert {a.path for a in MlflowClient(uri).list_artifacts(parent.run_id)} >= {"time_lenet_inference.png"}
+    assert r.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
     measured_by_the_leader(tmp_path)  # in its own process, from the sweep's state
 
 
