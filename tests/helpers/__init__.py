@@ -17,6 +17,7 @@ import models
 from experiments.common.config import Config, bench_budget, register
 from experiments.common.protocol import Budget, Measurement, OpResult
 from experiments.measure.stats import summarize
+from tests.helpers import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 # Sizes a test can afford; the transformers keep width 64, where XLA's elementwise count (exact GELU's erf
@@ -84,14 +85,21 @@ def user_env(**extra: str) -> dict[str, str]:
     return env | {"PYTHONPATH": str(ROOT)} | extra
 
 
-def run(args: list[str], cwd: Path, module: str = "experiments.run", **extra_env: str) -> subprocess.CompletedProcess:
+def run(args: list[str], cwd: Path, module: str = "experiments.run", fresh: bool = False,
+        **extra_env: str) -> subprocess.CompletedProcess:
     """`python -m experiments.run ARGS` (or another module) as a user runs it in `cwd` (./mlruns: the default store);
     a sweep skips its parity process (seconds of importing both frameworks) unless `parity=` is given (not added
-    beside Hydra's own flags, --cfg, --resolve, --config-name, which take no override after them)."""
+    beside Hydra's own flags, --cfg, --resolve, --config-name, which take no override after them).
+
+    The command runs in a process forked from one that imported its modules already (`forked`), or in a fresh
+    interpreter where `fresh` is set or its environment changes what Python reads as it starts."""
     if module == "experiments.run" and not any(a.startswith(("parity=", "--")) for a in args):
         args = [*args, "parity=false"]
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=user_env(**extra_env),
-                          capture_output=True, text=True, timeout=600)
+    env = user_env(**extra_env)
+    if not fresh and forked.starts_alike(env):
+        return forked.run(module, args, cwd, env, timeout=600)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
 
 
 def nnbench(command: str, args: list[str], cwd: Path, **extra_env: str) -> subprocess.CompletedProcess:
