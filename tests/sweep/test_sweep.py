@@ -326,13 +326,16 @@ SPEEDUP = "speedup_{op}_jax-jit_fp32_vs_torch-eager_fp32"  # the README sweep's 
 
 @pytest.mark.slow
 def test_an_op_the_model_lacks_is_a_finished_run_marked_skipped(tmp_path):
-    """matmul_chain has constant weights, so no training step: FINISHED with outcome=skipped, not KILLED."""
-    r = run(["framework=torch", "model=matmul_chain", "model.n=64", "batch_size=4", "ops=[training]", "bench=quick"],
-            cwd=with_store(tmp_path))
+    """matmul_chain has constant weights, so no training step: FINISHED with outcome=skipped, not KILLED; the sweep's
+    parent counts it skipped, not finished."""
+    r = run(["-m", "framework=torch", "model=matmul_chain", "model.n=64", "batch_size=4", "ops=[training]",
+             "bench=quick"], cwd=with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert df["status"].tolist() == ["FINISHED"] and df["tags.outcome"].tolist() == ["skipped"] and "constant weights" in df["tags.skip_reason_training"][0]
     assert r.stdout.strip().splitlines()[-1] == "0 finished, 1 skipped, 0 failed"
+    (parent,) = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db", parents=True).to_dict("records")
+    assert (parent["metrics.points_finished"], parent["metrics.points_skipped"]) == (0, 1)
 
 
 def text_after(page, label: str) -> str:
