@@ -418,3 +418,23 @@ def test_unsettled_cells_get_more_trials_until_a_planted_five_percent_is_found(t
     assert sum(v == Verdict.SLOWER for v in verdicts[1.05]) >= 0.9 * 180
     assert sum(v in (Verdict.SLOWER, Verdict.FASTER) for v in verdicts[1.0]) <= 0.05 * 180
     assert grown > 0  # some cells needed more trials
+
+
+def test_odd_trials_take_the_cells_in_reverse_order(tmp_path, monkeypatch):
+    """No cell always comes first in a process's life: trials 0 and 2 go through the cells in order, trial 1 in
+    reverse (stand-ins for the workers)."""
+    seen = []
+
+    def fake(workers, cell, design, index, rng_, skip=frozenset()):
+        seen.append((index, cell.batch_size))
+        ok = Prepared("ok")
+        return pairs.Trial(index, [pairs.Turn(prepared=ok, bursts=[Burst([1.0])]),
+                                   pairs.Turn(prepared=ok, bursts=[Burst([1.0])])], "AB")
+
+    monkeypatch.setattr(pairs, "Workers", StandIn)
+    monkeypatch.setattr(pairs, "run_cell", fake)
+    a, b = (dataclasses.replace(s, request=dataclasses.replace(s.request, points=tuple(
+        Point(n, ("inference",)) for n in (1, 2, 3)))) for s in (side(tmp_path, "A", start="spawn"),
+                                                                 side(tmp_path, "B", start="spawn")))
+    pairs.Session([a, b], pairs.cells_of(a.request.points), pairs.Design(trials=3, max_trials=3), tmp_path).run()
+    assert seen == [(0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (2, 1), (2, 2), (2, 3)]
