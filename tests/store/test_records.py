@@ -239,3 +239,17 @@ def test_the_logged_config_is_omegaconfs_rendering_so_resume_keys_hold(overrides
     c = replace(c, external=replace(c.external, command=MISSING))  # a key left unset
     rendered = known(OmegaConf.to_container(OmegaConf.structured(c), enum_to_str=True, throw_on_missing=False))
     assert yaml.safe_dump(logged(c), sort_keys=False) == yaml.safe_dump(rendered, sort_keys=False)  # config.yaml
+
+
+def test_the_resume_key_changes_with_what_is_measured_not_with_bookkeeping():
+    """resume=true finds a point FINISHED by its key: a point measured on another budget, precision or mode is not the
+    same point; another store, report or parity setting is."""
+    from experiments.sweep.preflight import job
+
+    def key(*overrides: str) -> str:
+        return records.point_key(job(config("model=lenet", "framework=torch", *overrides)), Point(8, ("inference",)))
+
+    base = key()
+    assert len({base, key("bench=quick"), key("bench.max_time_s=9"), key("precision=bf16"),
+                key("framework.compile=true"), key("seed=3")}) == 6
+    assert base == key("mlflow.experiment_name=other", "report.threshold=0.2", "parity=false", "batch_size=8")
