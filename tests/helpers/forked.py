@@ -12,11 +12,13 @@ interpreter instead where the command's environment changes what Python itself r
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing
 import os
 import runpy
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -24,15 +26,12 @@ from pathlib import Path
 PRELOAD = ["experiments.run", "experiments.cli", "experiments.store.tracking", "experiments.store.parent",
            "experiments.report.plots", "mlflow", "pandas", "scipy.stats", "matplotlib.pyplot"]
 
-_context = None
-
-
+@functools.cache
 def context():
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
-    return _context
+    """multiprocessing's fork-server context, preloading PRELOAD (its server starts with the first command)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def starts_alike(env: dict[str, str]) -> bool:
@@ -67,8 +66,6 @@ def command(module: str, args: list[str], cwd: str, env: dict[str, str], out: st
 def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """The command's exit code, stdout and stderr, as subprocess.run(..., capture_output=True, text=True) gives them;
     subprocess.TimeoutExpired once it runs past `timeout` seconds (it is killed)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="nnbench-forked-") as d:
         out, err = os.path.join(d, "out"), os.path.join(d, "err")
         p = context().Process(target=command, args=(module, args, str(cwd), env, out, err))
