@@ -144,9 +144,9 @@ def loud(w: Watched) -> dict[str, float]:
 @pytest.mark.slow
 def test_the_idle_workers_are_stopped_take_no_cpu_and_every_burst_is_kept(tmp_path, watched, lent):
     """torch A/A over two cells in two trials, forked: during each burst the other worker is stopped (every thread)
-    and its CPU time does not grow, nor that of either fork server (they wait in waitpid), and the parent spends
-    (almost) nothing; the rounds go AB, BA, ... starting with A in trial 0 and with B in trial 1; every trial's cell
-    is on disk with every burst; no worker is left."""
+    and its CPU time does not grow, nor that of either fork server (they wait in waitpid: a clock tick at most), and
+    the parent spends (almost) nothing; the rounds go AB, BA, ... starting with A in trial 0 and with B in trial 1;
+    every trial's cell is on disk with every burst; no worker is left."""
     watched.also += [s.proc.pid for s in lent]
     design = pairs.Design(burst_s=0.03, rounds=6, trials=2, max_trials=2)
     compared = pairs.Session([side(tmp_path, "A"), side(tmp_path, "B")], CELLS, design, tmp_path / "trials").run()
@@ -154,7 +154,11 @@ def test_the_idle_workers_are_stopped_take_no_cpu_and_every_burst_is_kept(tmp_pa
     seen = watched.seen
     assert len(seen) == 2 * 2 * 12 and all(s["others"] == [{"A": "B", "B": "A"}[s["running"]]] for s in seen)
     assert all(s["stopped"] == [True] for s in seen)
-    assert all(s["cpu_grew"] == [0.0] and s["servers_grew"] == [0.0, 0.0] for s in seen), seen
+    assert all(s["cpu_grew"] == [0.0] for s in seen), [s for s in seen if s["cpu_grew"] != [0.0]]
+    # A server that spun would take a core through each 30 ms burst; one clock tick (10 ms) may land on a server that
+    # a loaded machine left between its answer and its waitpid
+    grew = [g for s in seen for g in s["servers_grew"]]
+    assert max(grew) <= 0.01 + 1e-9 and sum(grew) <= 0.02 + 1e-9, [s for s in seen if any(s["servers_grew"])]
     assert set(watched.parent) == {"trial-0", "trial-1"} and not loud(watched), watched.parent
     for c in compared:
         assert [t.index for t in c.trials] == [0, 1]
