@@ -17,9 +17,9 @@ import models
 from experiments.common.config import Config, bench_budget, register
 from experiments.common.protocol import Budget, Measurement, OpResult
 from experiments.measure.stats import summarize
-from tests.helpers import forked
+from tests import forked
+from tests.forked import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # Sizes a test can afford; the transformers keep width 64, where XLA's elementwise count (exact GELU's erf
 # polynomial, the softmax) stays within 20% of the matmuls' (tests/measure/test_flops.py).
 TINY = {"matmul_chain": {"n": 16, "m": 4, "depth": 3},
