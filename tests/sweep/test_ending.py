@@ -21,6 +21,18 @@ def test_the_last_line_counts_every_outcome():
     assert ending.Outcome(ending.Counter(ok=2), planned=2).line() == "2 finished, 0 skipped, 0 failed"
 
 
+def test_the_parent_counts_each_outcome_apart(uri, tmp_path, monkeypatch):
+    """The parent's points_* metrics: a skipped or interrupted point is not counted finished."""
+    monkeypatch.setattr(opening, "check", lambda seconds: None)
+    monkeypatch.setattr(opening, "ACTIVE", None)
+    state = opening.open_sweep(tmp_path / "sweep", [], uri, "nnbench", opening.ParentRun("sweep · counted"))
+    o = ending.Outcome(ending.Counter(ok=3, skipped=2, failed=1, interrupted=4), planned=10)
+    ending.close_parent(state, "FINISHED", o)
+    metrics = MlflowClient(uri).get_run(state.parent_run_id).data.metrics
+    assert {k: v for k, v in metrics.items() if k.startswith("points_")} == {
+        "points_finished": 3, "points_skipped": 2, "points_failed": 1, "points_interrupted": 4}
+
+
 def command_parent(uri: str, outcome: str) -> str:
     """A command's parent run (`versions`, `bisect`) whose block ends with `outcome`; the status it closed with."""
     errors = {"interrupted": KeyboardInterrupt(), "stopped": ValueError("a fault"), "lost": ValueError("a fault")}
