@@ -64,8 +64,9 @@ def site_path() -> list[str]:
 
 
 def starts_alike(env: dict[str, str]) -> bool:
-    """Whether a fresh interpreter with `env` would start as this one did: the same PYTHON* variables (PYTHONPATH
-    may add the suite, which this process imports already), so a forked child can stand in for it."""
+    """Whether a fresh interpreter with `env` would start as this one did, so a forked child can stand in for it: the
+    same PYTHON* variables, where PYTHONPATH (which the child searches) may also name the suite, which holds none of
+    the libraries the server imported already."""
     return all(env.get(k) == os.environ.get(k) for k in {*env, *os.environ}
                if k.startswith("PYTHON") and k not in ("PYTHON", "PYTHONPATH")) \
         and env.get("PYTHONPATH") in (str(ROOT), os.environ.get("PYTHONPATH"))
