@@ -14,6 +14,7 @@ from experiments.common.protocol import STATS, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, read
 from experiments.measure.verdict import PairedComparison, Verdict
 from experiments.store import records
+from experiments.sweep import preflight
 from tests.helpers import config, ok_op
 
 ENV = {"torch_version": "2.13.0+cpu", "python_version": "3.11.7", "device_name": "cpu", "cpu_model": "X"}
@@ -244,10 +245,8 @@ def test_the_logged_config_is_omegaconfs_rendering_so_resume_keys_hold(overrides
 def test_the_resume_key_changes_with_what_is_measured_not_with_bookkeeping():
     """resume=true finds a point FINISHED by its key: a point measured on another budget, precision or mode is not the
     same point; another store, report or parity setting is."""
-    from experiments.sweep.preflight import job
-
     def key(*overrides: str) -> str:
-        return records.point_key(job(config("model=lenet", "framework=torch", *overrides)), Point(8, ("inference",)))
+        return records.point_key(preflight.job(config("model=lenet", "framework=torch", *overrides)), Point(8, ("inference",)))
 
     base = key()
     assert len({base, key("bench=quick"), key("bench.max_time_s=9"), key("precision=bf16"),
