@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -48,8 +48,19 @@ def vendor_tflops(device_name: str, precision_policy: str) -> float | None:
     return None
 
 
-def calibrate(matmul: Callable[[int], object], limit: int = 16384) -> float:
-    """TFLOP/s that an n×n matmul sustains: n doubles from 256 until one call takes 20 ms (or reaches `limit`)."""
+def within(budget: Budget) -> Budget:
+    """CALIBRATION, cut to the sweep's own budget where that is shorter: a rough sweep (bench=quick) gets a rough
+    peak as quickly as its points, and its first worker of each framework is not held a second over it."""
+    c = CALIBRATION
+    return replace(c, warmup_s=min(c.warmup_s, budget.warmup_s), warmup_calls=min(c.warmup_calls, budget.warmup_calls),
+                   min_samples=min(c.min_samples, budget.min_samples), min_time_s=min(c.min_time_s, budget.min_time_s),
+                   max_time_s=min(c.max_time_s, budget.max_time_s),
+                   target_rel_ci=max(c.target_rel_ci, budget.target_rel_ci))
+
+
+def calibrate(matmul: Callable[[int], object], limit: int = 16384, budget: Budget = CALIBRATION) -> float:
+    """TFLOP/s that an n×n matmul sustains: n doubles from 256 until one call takes 20 ms (or reaches `limit`),
+    then it is timed within `budget` (`within`: at most CALIBRATION)."""
     n = 256
     while True:
         step = matmul(n)
@@ -59,7 +70,7 @@ def calibrate(matmul: Callable[[int], object], limit: int = 16384) -> float:
         if time.perf_counter() - t0 >= 0.02 or n >= limit:
             break
         n *= 2
-    m = measure(step.fn, step.sync, CALIBRATION)
+    m = measure(step.fn, step.sync, budget)
     return achieved_tflops(2 * n**3, float(np.median(m.samples_s)))
 
 

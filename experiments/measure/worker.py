@@ -118,8 +118,9 @@ def main(request_path: str, results_path: str) -> int:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env, machine = environment(backend, req.setup), machine_record()
-    peak = peaks.calibrated(Path(req.peaks), env, req.framework, lambda: peaks.calibrate(backend.matmul)) \
-        if req.peaks and not req.profile_dir else None
+    calibrate = lambda: peaks.calibrate(backend.matmul, budget=peaks.within(req.budget))  # noqa: E731
+    peak = peaks.calibrated(Path(req.peaks), env, req.framework, calibrate) if req.peaks and not req.profile_dir \
+        else None
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     threads = intra_op_threads(env)

@@ -1,5 +1,6 @@
 """A point's reading: its processes merged and judged on typed data (MFU, noisy, unstable), before any flattening;
 a paired point's trials, each one process, and how it was compared."""
+import time
 from dataclasses import fields, replace
 
 import numpy as np
@@ -10,7 +11,8 @@ from experiments.common.protocol import Measurement, OpResult, Point, PointResul
 from experiments.measure.machine import MachineCheck
 from experiments.measure.reading import NOISY_CORES, OpReading, Paired, merge, read
 from experiments.measure.verdict import PairedComparison, Verdict
-from tests.helpers import ok_op
+from experiments.measure import peaks as hardware
+from tests.helpers import budget, ok_op
 
 POINT = Point(32, ("inference", "training"))
 GPU = {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off"}
@@ -78,6 +80,33 @@ def test_mfu_divides_every_framework_by_one_peak_and_never_reads_above_one(tmp_p
     assert fast.peak.source.startswith("raised to lenet · torch-eager · fp32 · bs32's 0.2 TFLOP/s")
     later = read(POINT, [process(0.04, env=cpu)], peaks=peaks)
     assert later.peak == fast.peak and later.ops["inference"].mfu == pytest.approx(0.25)
+
+
+def test_the_calibration_takes_the_sweeps_budget_where_it_is_shorter():
+    """The matmul behind a CPU's peak is timed for about 0.3-1 s, or within a shorter bench's budget (bench=quick): a
+    rough sweep's first worker of each framework is not held a second over what its points get."""
+    assert hardware.within(budget("default")) == hardware.within(budget("thorough")) == hardware.CALIBRATION
+    quick = hardware.within(budget("quick"))
+    assert (quick.min_time_s, quick.max_time_s, quick.warmup_s, quick.target_rel_ci) == (0.05, 0.5, 0.05, 0.05)
+    calls = []
+
+    class Step:  # each call 20 ms: the search stops at its first size
+        def fn(self):
+            calls.append(1)
+            time.sleep(0.02)
+
+        def sync(self, out):
+            pass
+
+    def spent(b) -> int:
+        calls.clear()
+        assert hardware.calibrate(lambda n: Step(), budget=b) > 0
+        return len(calls)
+
+    brief = hardware.within(budget("quick", max_time_s=0.05, min_samples=3, warmup_s=0))
+    # the search's 2 calls, the first call, 2 warm-up calls, 3 samples; CALIBRATION: at least 5 warm-up calls or
+    # samples more (0.1 s and 0.3 s of 20 ms calls, at least 2 and 5 of them)
+    assert spent(brief) < 10 <= spent(hardware.CALIBRATION)
 
 
 def test_a_paired_points_trials_may_hold_different_ops_and_its_comparison_rides_along():
