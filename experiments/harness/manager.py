@@ -4,6 +4,7 @@ A crash, an OOM kill or a hang fails only the point it hit; a new worker measure
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -12,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -86,10 +88,12 @@ class ServerUnavailable(Exception):
 
 
 class ForkServer:
-    """One job's fork server (`measure/server.py`): started once, in the job's interpreter and environment, it pays
-    the interpreter's start and the framework's imports once and forks a fresh worker per process (`Forked`)."""
+    """One job's fork server (`measure/server.py`; a sweep's groups share it: `keep`): started once, in the job's
+    interpreter and environment, it pays the interpreter's start and the framework's imports once and forks a fresh
+    worker per process (`Forked`)."""
 
     def __init__(self, python: str, framework: str, environ: dict[str, str], log: Path, timeout_s: float = 120):
+        self.key, self.busy = kept_key(python, framework, environ), False  # busy: a worker it forked may still run
         with open(log, "w") as err:
             self.proc = subprocess.Popen([python, "-m", SERVER, framework], cwd=ROOT, env=environ,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
@@ -123,6 +127,7 @@ class ForkServer:
             self.proc.stdin.flush()
         except OSError as e:
             raise ServerUnavailable(f"the fork server is gone ({e})") from None
+        self.busy = True
         started = self.read(60)
         if not started or "pid" not in started:
             raise ServerUnavailable("the fork server did not start a worker")
@@ -150,6 +155,7 @@ class Forked:
             return None
         if msg.get("eof"):  # the server itself died (an OOM kill takes the largest: often the worker's server)
             return -signal.SIGKILL
+        self.server.busy = False
         return msg["rc"]
 
     def kill(self) -> None:
@@ -163,6 +169,59 @@ class Forked:
 
 
 Worker = Spawned | Forked
+
+# The fork servers a sweep keeps between its groups (`keep`): idle ones, by interpreter, framework and environment.
+# A sweep run by Hydra's basic launcher measures its groups one after another in one process, and each group's
+# sides would otherwise start a server (and import their framework) again. None: every server is closed after use.
+KEPT: dict[tuple, list[ForkServer]] | None = None
+KEPT_LOCK = threading.Lock()
+
+
+def kept_key(python: str, framework: str, environ: dict[str, str]) -> tuple:
+    return python, framework, tuple(sorted(environ.items()))
+
+
+def keep() -> None:
+    """From now on this process keeps its fork servers for its later groups, until `close_kept` (or its exit)."""
+    global KEPT
+    KEPT = {} if KEPT is None else KEPT
+
+
+def fork_server(python: str, framework: str, environ: dict[str, str], log: Path) -> ForkServer:
+    """An idle fork server this process kept for the same interpreter, framework and environment, else a new one
+    (ServerUnavailable where it can't start). A group's sides ask at once, from threads."""
+    while (server := taken(kept_key(python, framework, environ))) is not None:
+        if server.proc.poll() is None:
+            return server
+        server.close()
+    return ForkServer(python, framework, environ, log)
+
+
+def taken(key: tuple) -> ForkServer | None:
+    with KEPT_LOCK:
+        idle = (KEPT or {}).get(key)
+        return idle.pop() if idle else None
+
+
+def done(server: ForkServer) -> None:
+    """A group is done with its server: kept for a later group (`keep`), if it is idle and alive; else closed."""
+    with KEPT_LOCK:
+        if KEPT is not None and not server.busy and server.proc.poll() is None:
+            KEPT.setdefault(server.key, []).append(server)
+            return
+    server.close()
+
+
+def close_kept() -> None:
+    """Close every server kept (the sweep's end); later servers are closed after use again."""
+    global KEPT
+    with KEPT_LOCK:
+        kept, KEPT = KEPT or {}, None
+    for server in (s for servers in kept.values() for s in servers):
+        server.close()
+
+
+atexit.register(close_kept)  # a sweep stopped on its way still closes them (each would also end at its stdin's EOF)
 
 
 @dataclasses.dataclass(frozen=True)

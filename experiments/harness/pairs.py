@@ -33,6 +33,7 @@ import numpy as np
 
 from experiments.common.config import EXTERNAL
 from experiments.common.protocol import Burst
+from experiments.harness import manager
 from experiments.harness.trials import (BURST_S, MAX_TRIALS, MIN_ROUNDS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared,
                                         Design, Side, Trial, Turn, cells_of, letter)
 from experiments.harness.turns import PairedWorker, PairFailed, Workers, server, stopped
@@ -129,7 +130,7 @@ class Session:
         finally:
             for s in servers:
                 if s is not None:
-                    s.close()
+                    manager.done(s)
 
     def unsettled(self, settled: Settled) -> list[int]:
         """The cells that get one more trial, while a side is left to measure them: unsettled ones, up to max_trials

@@ -227,6 +227,6 @@ def server(side: Side, log: Path) -> manager.ForkServer | None:
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return manager.ForkServer(side.python, side.request.framework, side.environ, log)
+        return manager.fork_server(side.python, side.request.framework, side.environ, log)
     except manager.ServerUnavailable:
         return None

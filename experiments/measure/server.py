@@ -1,6 +1,7 @@
-"""The fork server: `python -m experiments.measure.server FRAMEWORK`, started once per job (in the job's interpreter,
-with the job's allocator environment, which glibc and the loader read only at exec), imports the framework and
-the worker once, then forks one fresh worker per request. Runs on the worker side.
+"""The fork server: `python -m experiments.measure.server FRAMEWORK`, started once per job (a sweep's groups of one
+interpreter and environment share it: `harness.manager.keep`), in the job's interpreter and with the job's allocator
+environment (which glibc and the loader read only at exec), imports the framework and the worker once, then forks
+one fresh worker per request. Runs on the worker side.
 
 A forked worker must be as fresh as a spawned one for what is measured, so the server forks only while nothing
 has started: no XLA backend, no thread pool (jax starts its pools with its first array, torch its OpenMP pool

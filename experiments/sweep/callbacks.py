@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from experiments.common.errors import BadInput, fail, first_line
+from experiments.harness import manager
 from experiments.store import uris
 from experiments.store.sweepdir import Sweep, SweepTaken
 from experiments.sweep import commandline, ending, interrupts, preflight
@@ -46,6 +47,7 @@ class SweepCallback(Callback):
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it
             fail(first_line(e))
         log.info("sweep: %s jobs, %s points, parent run %s", state.jobs, state.points, state.parent_run_id)
+        manager.keep()  # the groups this process measures (Hydra's basic launcher) share their fork servers
         launcher = str(config.hydra.launcher.get("_target_", ""))
         if launcher != BASIC_LAUNCHER:
             interrupts.at_once()  # the jobs run in the launcher's processes; this process only waits on them

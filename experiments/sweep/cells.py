@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from experiments.common.config import EXTERNAL, VARIANT_KEYS, Config, logged
 from experiments.common.job import Job
 from experiments.common.protocol import Json, Measurement, OpResult, Point, PointResult, Ready
-from experiments.harness import pairs
+from experiments.harness import manager, pairs
 from experiments.measure.environment import spec_record
 from experiments.measure.reading import Paired
 from experiments.measure.stats import summarize
@@ -317,7 +317,7 @@ def profile(collector: Points, cache: Path | None) -> None:
         processes.profile(collector, measure_one)
     finally:
         if server is not None:
-            server.close()
+            manager.done(server)
         log.info("profiled %s in %.1f s wall, the worker's start included", names, time.perf_counter() - start)
 
 

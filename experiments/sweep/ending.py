@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, fail, first_line
+from experiments.harness import manager
 from experiments.store import view
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
@@ -159,6 +160,7 @@ def finish(sweep: Sweep, report) -> int:
 def end(sweep: Sweep, report, what: str = "sweep") -> None:
     """`finish` a sweep or single run (`report`: its config's report keys); exit non-zero when it must. A signal that
     came while it closed waited until it had closed (interrupts.defer): say so, and exit 128+signal."""
+    manager.close_kept()  # the fork servers the sweep's groups shared: nothing is measured from here
     try:
         code = finish(sweep, report)
     except Exception as e:  # the points are on disk; say where, and fail
@@ -175,6 +177,7 @@ def end(sweep: Sweep, report, what: str = "sweep") -> None:
 def stopped(e: interrupts.Stop) -> int:
     """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
     interrupts.ignore()
+    manager.close_kept()
     interrupts.stop_children(None)  # the signal itself was passed on to a launcher's processes once, by the handler
     signum = getattr(e, "signum", None)
     head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")

@@ -65,7 +65,7 @@ def run_job(job: Job, job_dir: Path, state: SweepState | None = None, sweep: Swe
                 collector.log_queued()
     finally:
         if server is not None:
-            server.close()
+            manager.done(server)
         collector.spent = spent | collector.workers_spent()
     return collector
 
@@ -90,7 +90,7 @@ def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, man
     if c.runtime.start == "fork":
         try:
             environ = manager.environ(str(c.runtime.allocator), cache)
-            server = manager.ForkServer(job.python, str(c.framework.name), environ, job_dir / "server.log")
+            server = manager.fork_server(job.python, str(c.framework.name), environ, job_dir / "server.log")
         except manager.ServerUnavailable as e:
             log.warning("job %s spawns its workers: its fork server could not start (%s)", job_dir, e)
     return partial(manager.run, launcher=manager.Launcher(job.python, str(c.runtime.allocator), cache, server)), server

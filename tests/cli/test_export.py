@@ -96,3 +96,11 @@ def test_export_of_an_empty_selection_is_one_error_line(seed_store):
     assert r.returncode == 2 and r.stdout == b""
     (line,) = r.stderr.decode().splitlines()
     assert line.startswith("nnbench export: error: model=nosuchmodel matches no run in experiment 'nnbench'")
+
+
+@pytest.mark.slow
+def test_the_seed_sweeps_groups_fork_from_one_server_per_framework(seed_store):
+    """Its five groups (a model each, jax beside torch) are measured one after another by the sweep's process, which
+    keeps the first group's fork servers for the others: each framework is imported once, not once per group."""
+    logs = sorted(p.relative_to(seed_store) for p in seed_store.glob("multirun/*/*/*/trials/server-*.log"))
+    assert len(logs) == 2 and logs[0].parent == logs[1].parent, logs

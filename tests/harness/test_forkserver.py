@@ -73,3 +73,28 @@ def test_a_server_that_cannot_start_is_one_line_and_the_job_spawns(tmp_path, fak
     """An interpreter that can't run the server (here a stand-in): ServerUnavailable, and run() spawns instead."""
     with pytest.raises(manager.ServerUnavailable):
         manager.ForkServer(fake_python, "torch", manager.environ(), tmp_path / "server.log", timeout_s=30)
+
+
+@pytest.mark.slow
+def test_a_sweeps_groups_share_its_fork_servers_until_its_end(tmp_path):
+    """keep(): a group's idle server serves the sweep's next group of the same interpreter, framework and
+    environment, so the framework is imported once per sweep; another environment gets a server of its own, a
+    server whose worker may still run is closed, not shared; close_kept ends the ones kept."""
+    environ = manager.environ("glibc", tmp_path / "cache")
+    manager.keep()
+    try:
+        first = manager.fork_server(sys.executable, "jax", environ, tmp_path / "a.log")
+        manager.done(first)
+        assert manager.fork_server(sys.executable, "jax", environ, tmp_path / "b.log") is first
+        other = manager.fork_server(sys.executable, "jax", manager.environ("system", tmp_path / "cache"),
+                                    tmp_path / "c.log")
+        assert other is not first and other.proc.pid != first.proc.pid
+        lost = tmp_path / "lost.json"  # a paired worker whose parent is gone: it ends once it finds no socket
+        lost.write_text(replace(request("jax", False), paired=str(tmp_path / "no-socket")).to_json())
+        first.start(lost, tmp_path / "r.jsonl", tmp_path / "w.log")  # its worker, not waited for
+        manager.done(first)
+        manager.done(other)
+        assert first.proc.wait(30) == 0 and other.proc.poll() is None  # the busy one closed, the idle one kept
+    finally:
+        manager.close_kept()
+    assert other.proc.wait(30) == 0 and manager.KEPT is None  # and from here a server given back is closed
