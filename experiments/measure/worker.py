@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def main(request_path: str, results_path: str) -> int:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
     env, machine = environment(backend, req.setup), machine_record()
-    calibrate = lambda: peaks.calibrate(backend.matmul, budget=peaks.within(req.budget))  # noqa: E731
+    calibrate = partial(peaks.calibrate, backend.matmul, budget=peaks.within(req.budget))
     peak = peaks.calibrated(Path(req.peaks), env, req.framework, calibrate) if req.peaks and not req.profile_dir \
         else None
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported

@@ -8,10 +8,10 @@ import pytest
 
 from experiments.common.columns import DERIVED
 from experiments.common.protocol import Measurement, OpResult, Point, PointResult
+from experiments.measure import peaks as hardware
 from experiments.measure.machine import MachineCheck
 from experiments.measure.reading import NOISY_CORES, OpReading, Paired, merge, read
 from experiments.measure.verdict import PairedComparison, Verdict
-from experiments.measure import peaks as hardware
 from tests.helpers import budget, ok_op
 
 POINT = Point(32, ("inference", "training"))

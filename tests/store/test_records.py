@@ -246,7 +246,8 @@ def test_the_resume_key_changes_with_what_is_measured_not_with_bookkeeping():
     """resume=true finds a point FINISHED by its key: a point measured on another budget, precision or mode is not the
     same point; another store, report or parity setting is."""
     def key(*overrides: str) -> str:
-        return records.point_key(preflight.job(config("model=lenet", "framework=torch", *overrides)), Point(8, ("inference",)))
+        job = preflight.job(config("model=lenet", "framework=torch", *overrides))
+        return records.point_key(job, Point(8, ("inference",)))
 
     base = key()
     assert len({base, key("bench=quick"), key("bench.max_time_s=9"), key("precision=bf16"),
