@@ -59,15 +59,16 @@ def within(budget: Budget) -> Budget:
 
 
 def calibrate(matmul: Callable[[int], object], limit: int = 16384, budget: Budget = CALIBRATION) -> float:
-    """TFLOP/s that an n×n matmul sustains: n doubles from 256 until one call takes 20 ms (or reaches `limit`),
-    then it is timed within `budget` (`within`: at most CALIBRATION)."""
-    n = 256
+    """TFLOP/s that an n×n matmul sustains: n doubles from 256 until one call takes a 15th of the budget's min_time_s
+    (CALIBRATION's 0.3 s: 20 ms; bench=quick's 0.05 s: 3.3 ms) or n reaches `limit`, then it is timed within
+    `budget` (`within`: at most CALIBRATION). A CPU's matmul sustains its rate from about 1 ms a call on."""
+    n, enough = 256, budget.min_time_s / 15
     while True:
         step = matmul(n)
         step.sync(step.fn())  # the compile, if any
         t0 = time.perf_counter()
         step.sync(step.fn())
-        if time.perf_counter() - t0 >= 0.02 or n >= limit:
+        if time.perf_counter() - t0 >= enough or n >= limit:
             break
         n *= 2
     m = measure(step.fn, step.sync, budget)

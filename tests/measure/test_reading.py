@@ -83,8 +83,9 @@ def test_mfu_divides_every_framework_by_one_peak_and_never_reads_above_one(tmp_p
 
 
 def test_the_calibration_takes_the_sweeps_budget_where_it_is_shorter():
-    """The matmul behind a CPU's peak is timed for about 0.3-1 s, or within a shorter bench's budget (bench=quick): a
-    rough sweep's first worker of each framework is not held a second over what its points get."""
+    """The matmul behind a CPU's peak is timed for about 0.3-1 s, or within a shorter bench's budget (bench=quick),
+    at a size whose call fits that budget: a rough sweep's first worker of each framework is not held a second over
+    what its points get."""
     assert hardware.within(budget("default")) == hardware.within(budget("thorough")) == hardware.CALIBRATION
     quick = hardware.within(budget("quick"))
     assert (quick.min_time_s, quick.max_time_s, quick.warmup_s, quick.target_rel_ci) == (0.05, 0.5, 0.05, 0.05)
@@ -107,6 +108,25 @@ def test_the_calibration_takes_the_sweeps_budget_where_it_is_shorter():
     # the search's 2 calls, the first call, 2 warm-up calls, 3 samples; CALIBRATION: at least 5 warm-up calls or
     # samples more (0.1 s and 0.3 s of 20 ms calls, at least 2 and 5 of them)
     assert spent(brief) < 10 <= spent(hardware.CALIBRATION)
+
+    sizes = []
+
+    class Cubic(Step):  # a call's time grows as n³: 0.6 ms at 512, 5 ms at 1024, 40 ms at 2048
+        def __init__(self, n):
+            sizes.append(n)
+            self.n = n
+
+        def fn(self):
+            time.sleep(0.04 * (self.n / 2048) ** 3)
+
+    def largest(b) -> int:
+        sizes.clear()
+        hardware.calibrate(Cubic, budget=b)
+        return max(sizes)
+
+    # a 15th of quick's min_time_s 0.05 s, 3.3 ms, is reached at 1024 (or sooner, by a sleep overslept);
+    # CALIBRATION's 20 ms at 2048
+    assert largest(quick) <= 1024 < largest(hardware.CALIBRATION) == 2048
 
 
 def test_a_paired_points_trials_may_hold_different_ops_and_its_comparison_rides_along():
