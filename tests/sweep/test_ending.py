@@ -21,6 +21,10 @@ def test_the_last_line_counts_every_outcome():
     assert ending.Outcome(ending.Counter(ok=2), planned=2).line() == "2 finished, 0 skipped, 0 failed"
 
 
+def test_a_sweep_stopped_before_it_opened_has_no_parent_to_close():
+    assert ending.close_stopped(None, interrupted=True) == " before anything was measured"
+
+
 def test_the_parent_counts_each_outcome_apart(uri, tmp_path, monkeypatch):
     """The parent's points_* metrics: a skipped or interrupted point is not counted finished."""
     monkeypatch.setattr(opening, "check", lambda seconds: None)
