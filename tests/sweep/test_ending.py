@@ -1,6 +1,7 @@
 """How a sweep ends: its last line counts every outcome, and its parent run closes with the status a command's
 parent run closes with for the same outcome (one rule, `store.parent.ending`)."""
 import contextlib
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -35,6 +36,21 @@ def test_the_parent_counts_each_outcome_apart(uri, tmp_path, monkeypatch):
     metrics = MlflowClient(uri).get_run(state.parent_run_id).data.metrics
     assert {k: v for k, v in metrics.items() if k.startswith("points_")} == {
         "points_finished": 3, "points_skipped": 2, "points_failed": 1, "points_interrupted": 4}
+
+
+def test_the_sweep_counts_its_points_on_disk_by_their_recorded_outcome(uri, tmp_path, monkeypatch):
+    """`outcome` reads each saved point's record: a skipped point counts skipped, a planned point without a record
+    counts missing, and a point whose run the store lacks is not logged."""
+    monkeypatch.setattr(opening, "check", lambda seconds: None)
+    monkeypatch.setattr(opening, "ACTIVE", None)
+    state = opening.open_sweep(tmp_path / "sweep", [], uri, "nnbench", opening.ParentRun("sweep · on disk"))
+    for n, outcome in enumerate(("ok", "ok", "skipped", "failed", "interrupted")):
+        point = tmp_path / "sweep" / "0" / "points" / str(n)
+        point.mkdir(parents=True)
+        (point / ending.META).write_text(json.dumps({"outcome": outcome}))
+    o = ending.outcome(Sweep(tmp_path / "sweep"), replace(state, points=7))
+    assert o.line() == "2 finished, 1 skipped, 1 failed, 1 interrupted, 5 not logged, 2 lost"
+    assert len(o.not_logged) == 5 and not o.complete  # no point names a run the store holds
 
 
 def command_parent(uri: str, outcome: str) -> str:
