@@ -26,29 +26,31 @@ def test_a_sweep_stopped_before_it_opened_has_no_parent_to_close():
     assert ending.close_stopped(None, interrupted=True) == " before anything was measured"
 
 
-def test_the_parent_counts_each_outcome_apart(uri, tmp_path, monkeypatch):
-    """The parent's points_* metrics: a skipped or interrupted point is not counted finished."""
+@pytest.fixture
+def opened(uri, tmp_path, monkeypatch):
+    """A sweep opened in tmp_path/sweep, without the machine check: its state."""
     monkeypatch.setattr(opening, "check", lambda seconds: None)
     monkeypatch.setattr(opening, "ACTIVE", None)
-    state = opening.open_sweep(tmp_path / "sweep", [], uri, "nnbench", opening.ParentRun("sweep · counted"))
+    return opening.open_sweep(tmp_path / "sweep", [], uri, "nnbench", opening.ParentRun("sweep · ending"))
+
+
+def test_the_parent_counts_each_outcome_apart(uri, opened):
+    """The parent's points_* metrics: a skipped or interrupted point is not counted finished."""
     o = ending.Outcome(ending.Counter(ok=3, skipped=2, failed=1, interrupted=4), planned=10)
-    ending.close_parent(state, "FINISHED", o)
-    metrics = MlflowClient(uri).get_run(state.parent_run_id).data.metrics
+    ending.close_parent(opened, "FINISHED", o)
+    metrics = MlflowClient(uri).get_run(opened.parent_run_id).data.metrics
     assert {k: v for k, v in metrics.items() if k.startswith("points_")} == {
         "points_finished": 3, "points_skipped": 2, "points_failed": 1, "points_interrupted": 4}
 
 
-def test_the_sweep_counts_its_points_on_disk_by_their_recorded_outcome(uri, tmp_path, monkeypatch):
+def test_the_sweep_counts_its_points_on_disk_by_their_recorded_outcome(opened, tmp_path):
     """`outcome` reads each saved point's record: a skipped point counts skipped, a planned point without a record
     counts missing, and a point whose run the store lacks is not logged."""
-    monkeypatch.setattr(opening, "check", lambda seconds: None)
-    monkeypatch.setattr(opening, "ACTIVE", None)
-    state = opening.open_sweep(tmp_path / "sweep", [], uri, "nnbench", opening.ParentRun("sweep · on disk"))
     for n, outcome in enumerate(("ok", "ok", "skipped", "failed", "interrupted")):
         point = tmp_path / "sweep" / "0" / "points" / str(n)
         point.mkdir(parents=True)
         (point / ending.META).write_text(json.dumps({"outcome": outcome}))
-    o = ending.outcome(Sweep(tmp_path / "sweep"), replace(state, points=7))
+    o = ending.outcome(Sweep(tmp_path / "sweep"), replace(opened, points=7))
     assert o.line() == "2 finished, 1 skipped, 1 failed, 1 interrupted, 5 not logged, 2 lost"
     assert len(o.not_logged) == 5 and not o.complete  # no point names a run the store holds
 
