@@ -8,8 +8,8 @@ The package is its own runner (framework=external, docs/runners.md): in an envir
 
 times its op at each batch size `b`: a busy wait of 20 + b/4 ms, then the planted slowdown, a busy wait of
 (factor − 1) times the op's own measured time. A busy wait loads the core like real work and is as deterministic as
-a timed call gets; calls of 20 ms and more stay clear of the scheduler ticks that quantize shorter ones on a loaded
-machine.
+a timed call gets; on a loaded machine, though, a call can still end a scheduler tick (4 ms) or a few late, and a
+whole process's calls with it, so versions judged unpaired need a threshold well clear of a few ticks.
 
 The same wheels declare a network measured in nnbench's own worker, so that a paired comparison can interleave it
 (an external runner times itself): entry point `planted` in the group `nnbench.models` (`model=planted`), a chain of
