@@ -48,8 +48,7 @@ def run(a: argparse.Namespace) -> int:
     design = paired.Design(**design_flags(a))
     uri = store_uri(a.uri)
     overrides = [a.axis, *a.overrides, f"report.along={key}", *design.overrides()]
-    design.fits(paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"],
-                             key))
+    paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"], key, design)
     out = a.out or Path(tempfile.mkdtemp(prefix="nnbench-ab-")) / "sweep"
     code = paired.sweep(overrides, out, uri, a.experiment, quiet=a.json)
     if code in paired.STOPPED:  # the sweep said so in its one line

@@ -6,6 +6,7 @@ start, an inconclusive step stops the search) or unpaired (compare.bisection_unp
 the last version at the start's level)."""
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ def bisect(b: Bisection) -> tuple[int, dict]:
     """The first changed version, found and reported; the exit code and the answer (what --json prints)."""
     versions = listed(b)
     validate(b.sweep.uri, b.sweep.experiment, "--uri")
-    job = checked(b, environments.jobs(b.sweep, lambda: [start_env(b, versions[0])]))
+    job = environments.jobs(b.sweep, lambda: [start_env(b, versions[0])], functools.partial(checked, b))[0]
     return searched(b, Range(b.package, versions, b.sources), job)
 
 
@@ -105,9 +106,9 @@ def start_env(b: Bisection, version: str):
                        "--index-url/--find-links (nothing was measured)") from None
 
 
-def checked(b: Bisection, jobs: list):
-    """The sweep's one job, once it is known to make one point with one op that the steps can judge; BadInput
-    naming the fix."""
+def checked(b: Bisection, jobs: list) -> None:
+    """BadInput naming the fix, unless the sweep is one job of one point with one op that the steps can judge
+    (before the probes)."""
     if len(jobs) != 1 or len(jobs[0].points) != 1 or len(jobs[0].points[0].ops) != 1:
         n = sum(len(p.ops) for j in jobs for p in j.points)
         raise BadInput(f"the overrides make {n} measured ops; bisect follows one: give one model, one op and one "
@@ -117,7 +118,6 @@ def checked(b: Bisection, jobs: list):
                        "version: use bench=default (5 processes), or bench.processes=5, or --repeats 5")
     if b.design is not None:
         environments.fitted(b.design, jobs)
-    return jobs[0]
 
 
 def named(b: Bisection, job) -> str:

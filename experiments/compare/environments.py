@@ -95,9 +95,9 @@ def fitted(design, jobs: list) -> None:
     design.fits(jobs)
 
 
-def jobs(sweep: Sweep, environments=None) -> list:
-    """The sweep's jobs, composed and validated (the overrides, the store, this interpreter's probe) before anything
-    is built; BadInput naming the fix. A `model=` this interpreter doesn't know may be a network that only the
+def jobs(sweep: Sweep, environments=None, first=lambda jobs: None) -> list:
+    """The sweep's jobs, composed and validated (the overrides, the store, `first`: the command's own checks of
+    them, then this interpreter's probe) before anything is built; BadInput naming the fix. A `model=` this interpreter doesn't know may be a network that only the
     environments compared declare (`nnbench versions mypkg==1.0,1.1 model=mynet`): then `environments()` builds them
     and the overrides are checked again with their networks."""
     from experiments.common.config import register  # Hydra is slow to import: only for the commands that sweep
@@ -111,13 +111,19 @@ def jobs(sweep: Sweep, environments=None) -> list:
             raise BadInput(f"{key} is set by nnbench {sweep.command}: {SET_BY_COMMAND[key]}")
     argv = ["-m", *sweep.overrides, f"mlflow.tracking_uri={sweep.uri}", f"mlflow.experiment_name={sweep.experiment}"]
     register()
+    composed = []  # once the jobs are composed, a BadInput is not an unknown network's
+
+    def checked(jobs: list) -> None:
+        composed.append(True)
+        first(jobs)
+
     try:
-        validated = commandline.explained(argv)
+        validated = commandline.explained(argv, checked)
     except BadInput:
-        if environments is None or not any(o.lstrip("+").startswith("model=") for o in sweep.overrides):
+        if composed or environments is None or not any(o.lstrip("+").startswith("model=") for o in sweep.overrides):
             raise
         register([str(e.python) for e in environments()])
-        validated = commandline.explained(argv)
+        validated = commandline.explained(argv, first)
     if validated is None or validated.jobs is None:
         raise BadInput(f"nnbench {sweep.command} runs the basic sweeper's jobs: drop hydra/sweeper and the print "
                        "flags")

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 
 from experiments.common.child import run_to_end
@@ -132,22 +133,27 @@ def axis(text: str) -> tuple[str, list[str]]:
     return key, values
 
 
-def check(argv: list[str], key: str) -> list:
+def check(argv: list[str], key: str, design: Design) -> list:
     """The sweep's jobs, through the sweep's own door (composed, checked, probed); BadInput naming the fix, also
-    for a runner that times itself (framework=external: it can't take turns)."""
+    for a runner that times itself (framework=external: it can't take turns) and for a `design` that doesn't fit
+    them, found before the probes."""
     from experiments.common.config import register  # Hydra and the door: only for these commands
     from experiments.sweep import commandline
 
     register(commandline.pythons(argv))  # networks of the environments compared
     if key in {o.lstrip("+~").split("=", 1)[0] for o in argv[1:]}:
         raise BadInput(f"{key} is the axis compared: set it only once")
-    checked = commandline.explained(["-m", *argv])
+    checked = commandline.explained(["-m", *argv], partial(fitted, design))
     if checked is None or checked.jobs is None:
         raise BadInput("a paired comparison runs the basic sweeper's jobs: drop hydra/sweeper and the print flags")
-    if any(not cells.paired(j) for j in checked.jobs):
+    return checked.jobs
+
+
+def fitted(design: Design, jobs: list) -> None:
+    if any(not cells.paired(j) for j in jobs):
         raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
                        "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
-    return checked.jobs
+    design.fits(jobs)
 
 
 def sweep(overrides: list[str], directory: Path, uri: str, experiment: str, parent: str | None = None,

@@ -41,9 +41,8 @@ class Versions:
 def compare(v: Versions) -> tuple[int, dict]:
     """The environments built and compared; the exit code and the answer (what --json prints)."""
     built_once = functools.cache(lambda: build(v.specs, v.sources))  # built once, by the door or here
-    jobs = environments.jobs(v.sweep, built_once)
-    if v.design:
-        environments.fitted(v.design, jobs)
+    environments.jobs(v.sweep, built_once, functools.partial(environments.fitted, v.design) if v.design else
+                      lambda jobs: None)
     built = built_once()
     if v.design:
         return compare_paired(v, built)

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -60,18 +61,19 @@ def validate(argv: list[str]) -> Validated | None:
         fail(str(e))
 
 
-def explained(argv: list[str]) -> Validated | None:
+def explained(argv: list[str], first: Callable[[list[Job]], None] = lambda jobs: None) -> Validated | None:
     """`validated`, with Hydra's and OmegaConf's own errors as BadInput naming the fix (`nnbench versions` and
-    `bisect` validate their sweep's overrides with it before building anything)."""
+    `bisect` validate their sweep's overrides with it before building anything; `first`: their own checks of the
+    jobs, before the probes)."""
     try:
-        return validated(argv)
+        return validated(argv, first)
     except BadInput:
         raise
     except Exception as e:  # Hydra's and OmegaConf's own errors, and anything else found before running
         raise BadInput(hydra_errors.explain(e)) from None
 
 
-def validated(argv: list[str]) -> Validated | None:
+def validated(argv: list[str], first: Callable[[list[Job]], None] = lambda jobs: None) -> Validated | None:
     parser = get_args_parser()
     parser.error = refuse  # argparse would print its usage, then the error
     args = parser.parse_args(argv)
@@ -100,7 +102,7 @@ def validated(argv: list[str]) -> Validated | None:
     if len({(c.mlflow.tracking_uri, c.mlflow.experiment_name) for c in configs}) > 1:
         raise BadInput("a sweep logs to one store: sweep mlflow.* in separate sweeps")
     uri = uris.validate(configs[0].mlflow.tracking_uri, configs[0].mlflow.experiment_name)
-    jobs = preflight.jobs(configs)
+    jobs = preflight.jobs(configs, first)
     return Validated(jobs if listed else None, uri)
 
 

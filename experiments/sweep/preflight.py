@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import typing
+from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -135,9 +136,12 @@ def job(config: Config) -> Job:
     return this
 
 
-def jobs(configs: list[Config]) -> list[Job]:
-    """Every job of a run or a sweep, validated, and each interpreter asked (all at once) whether it can measure."""
+def jobs(configs: list[Config], first: Callable[[list[Job]], None] = lambda jobs: None) -> list[Job]:
+    """Every job of a run or a sweep, validated, and each interpreter asked (all at once) whether it can measure;
+    `first`, a command's own checks of the jobs (BadInput), runs before the probes: a second or more of importing
+    each framework."""
     validated = [job(c) for c in configs]
+    first(validated)
     asks = {ask(j) for j in validated if j.config.framework.name != EXTERNAL}
     answers = dict(zip(asks, manager.probe(list(asks))))
     for (python, fw, _, _), (problem, _) in answers.items():

@@ -11,6 +11,7 @@ import pytest
 
 from experiments.cli import main
 from experiments.compare import paired
+from experiments.harness import manager
 from experiments.harness.pairs import TRIAL, Trial
 from experiments.measure.verdict import Verdict
 from experiments.selfcheck import planted as plant
@@ -54,13 +55,14 @@ def exit_code(argv: list[str]) -> int:
     (["framework.threads=1,2", "--rounds", "3"], "unrecognized arguments: --rounds"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything_runs(capsys, argv, message, tmp_path, monkeypatch):
-    swept = []
+    swept, probed = [], []  # found before the probes too: each imports a framework
     monkeypatch.setattr(paired, "sweep", lambda *args, **kw: swept.append(args) or 0)
+    monkeypatch.setattr(manager, "probe", lambda asks: probed.append(asks) or [(None, None)] * len(asks))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert exit_code(["ab", *argv, "--uri", uri, "--out", str(tmp_path / "out")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("nnbench ab: error: ") and message in line, line
-    assert not swept and not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+    assert not swept and not probed and not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.fixture(scope="module")

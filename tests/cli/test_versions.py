@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from experiments.cli import main
+from experiments.harness import manager
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT
 from tests.helpers import nnbench, run, runs, with_store
@@ -286,11 +287,14 @@ EXTERNAL = ("framework=external can't be paired: its runner times itself, so its
 def test_bad_input_is_one_line_before_anything_is_built_or_measured(offline, tmp_path, monkeypatch, capsys, argv,
                                                                     message):
     monkeypatch.chdir(tmp_path)
+    probed = []  # a design that doesn't fit the sweep is found before the probes
+    monkeypatch.setattr(manager, "probe", lambda asks: probed.append(asks) or [(None, None)] * len(asks))
     index = ["--index-url", offline]
     at = argv.index("--") if "--" in argv else len(argv)
     assert exit_code(argv[:at] + index + argv[at:]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"nnbench {argv[0]}: error: {message}"), line
+    assert not (probed and message.startswith(("--max-pairs", "framework=external"))), probed
     assert not (tmp_path / "mlruns" / "mlflow.db").exists()
     assert not (tmp_path / "envs").exists() or not any(p.is_dir() for p in (tmp_path / "envs").iterdir())
 

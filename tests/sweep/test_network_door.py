@@ -74,7 +74,7 @@ def test_a_bad_network_is_one_line_naming_the_fix_and_nothing_is_written(nets, f
 
 def test_the_door_takes_the_good_network(nets, monkeypatch):
     """The control: the same door passes the good file on to the probe of the workers' interpreter."""
-    monkeypatch.setattr(commandline.preflight, "jobs", lambda configs: [c.model["path"] for c in configs])
+    monkeypatch.setattr(commandline.preflight, "jobs", lambda configs, first: [c.model["path"] for c in configs])
     assert commandline.explained(door(nets, "good.py")).jobs == [str(nets / "good.py")]
 
 
