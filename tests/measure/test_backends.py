@@ -16,10 +16,11 @@ from tests.helpers import FORMAT, SEEDS, TORCH_COMPILED, gpu_visible, tiny
 ADAPTERS = {fw: module(fw) for fw in backends()}
 BATCH = 2
 # torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
-# only (TORCH_COMPILED); the layers of the others are covered by the eager runs and by the parity tests. Every op of
-# the seed's models runs in jax, jit and eager. Beyond the seeds XLA takes 3-40 s to compile one op of a tiny
-# transformer or U-Net on 2 busy cores: jit runs training (the largest program; tests/measure/test_flops.py compiles
-# their inference and grad, the parity tests run the grad), eager runs inference. torch eager runs every op of all.
+# only (TORCH_COMPILED; the conv net in the slow tier); the layers of the others are covered by the eager runs and by
+# the parity tests. Every op of the seed's models runs in jax, jit and eager. Beyond the seeds XLA takes 3-40 s to
+# compile one op of a tiny transformer or U-Net on 2 busy cores: jit runs training (the largest program;
+# tests/measure/test_flops.py compiles their inference and grad, the parity tests run the grad), eager runs
+# inference. torch eager runs every op of all.
 
 
 def ops_of(name: str, fw: str, jit: bool) -> tuple[str, ...]:
@@ -28,7 +29,9 @@ def ops_of(name: str, fw: str, jit: bool) -> tuple[str, ...]:
     return ("training",) if jit else ("inference",)
 
 
-CASES = [(name, fw, jit, ops_of(name, fw, jit)) for name in models.available() for fw in ADAPTERS
+CASES = [pytest.param(name, fw, jit, ops_of(name, fw, jit),
+                      marks=[pytest.mark.slow] if fw == "torch" and jit and name != TORCH_COMPILED[0] else [])
+         for name in models.available() for fw in ADAPTERS
          for jit in (False, True) if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
 
 

@@ -33,6 +33,7 @@ def test_compiles_exactly_once(fw, name, op):
     assert step.compiles() == 1
 
 
+@pytest.mark.slow  # lstm is no model of the fast tier (tests/conftest.py FAST_MODELS), and its compile takes 5-12 s
 def test_torch_compile_breaks_at_nn_lstm():
     """Dynamo does not trace nn.LSTM (torch._dynamo.config.allow_rnn is off) and falls back to eager for the model
     that holds it: the step compiles to two small graphs (the indexing of the LSTM's output, and the loss), which
