@@ -29,10 +29,22 @@ def ops_of(name: str, fw: str, jit: bool) -> tuple[str, ...]:
     return ("training",) if jit else ("inference",)
 
 
-CASES = [pytest.param(name, fw, jit, ops_of(name, fw, jit),
-                      marks=[pytest.mark.slow] if fw == "torch" and jit and name != TORCH_COMPILED[0] else [])
-         for name in models.available() for fw in ADAPTERS
-         for jit in (False, True) if not (fw == "torch" and jit and name not in TORCH_COMPILED)]
+
+
+def cases(name: str, fw: str, jit: bool) -> list:
+    """The case's ops, those the fast tier (tests/conftest.py FAST_MODELS) runs apart from the rest: the MLP's
+    inference compiled by torch (its other ops and the conv net's in the slow tier), and the conv net in jax's eager
+    mode in the slow tier (tests/measure/test_profile.py runs its training step eagerly in the fast one)."""
+    ops, slow = ops_of(name, fw, jit), pytest.mark.slow
+    if fw == "torch" and jit and name == TORCH_COMPILED[0]:
+        return [pytest.param(name, fw, jit, ops[:1]), pytest.param(name, fw, jit, ops[1:], marks=slow)]
+    if (fw, jit, name) in {("torch", True, TORCH_COMPILED[1]), ("jax", False, "lenet")}:
+        return [pytest.param(name, fw, jit, ops, marks=slow)]
+    return [pytest.param(name, fw, jit, ops)]
+
+
+CASES = [case for name in models.available() for fw in ADAPTERS for jit in (False, True)
+         if not (fw == "torch" and jit and name not in TORCH_COMPILED) for case in cases(name, fw, jit)]
 
 
 def configured(fw: str, precision: str = "fp32", compile: bool = False):

@@ -112,17 +112,25 @@ def test_the_door_refuses_a_reading_that_cannot_fit_in_one_line(file, keys, mess
 
 
 def test_each_framework_s_own_layer_at_parity_and_a_wrong_map_caught():
-    """nn.MultiheadAttention against nnx.MultiHeadAttention (and nn.LSTM against nnx.LSTMCell) through the layer's
-    map, rows written by hand, or functions of the torch array; k and v swapped (LSTM: gates g and o) fail."""
-    for file, weights in (("attention.py", "helper"), ("attention.py", "byhand"), ("attention.py", "fn"),
-                          ("lstm.py", "helper")):
+    """nn.MultiheadAttention against nnx.MultiHeadAttention through the layer's map; k and v swapped fail."""
+    ok = parity.check(net("attention.py", weights="helper"))
+    assert ok.status == "ok" and ok.worst < 1e-5, ok
+    wrong = parity.check(net("attention.py", weights="swapped"))
+    assert wrong.status == "failed" and wrong.worst > 1e-2, wrong
+    assert wrong.where == "att.value.kernel <- att.in_proj_weight[32:64]", wrong
+
+
+@pytest.mark.slow
+def test_maps_written_by_hand_and_lstm_at_parity_and_a_wrong_gate_order_caught():
+    """The attention's rows written by hand or as functions of the torch array, and nn.LSTM against nnx.LSTMCell
+    through its map; LSTM's gates g and o swapped fail."""
+    for file, weights in (("attention.py", "byhand"), ("attention.py", "fn"), ("lstm.py", "helper")):
         ok = parity.check(net(file, weights=weights))
         assert ok.status == "ok" and ok.worst < 1e-5, (file, weights, ok)
     assert ok.params == {"jax": 4 * (4 * 5 + 5 * 5 + 5) + 5 * 3 + 3, "torch": 218}  # bias_ih frozen: not counted
-    for file, weights, where in (("attention.py", "swapped", "att.value.kernel <- att.in_proj_weight[32:64]"),
-                                 ("lstm.py", "order", "rnn.cell.ig.kernel <- lstm.weight_ih_l0[15:20]")):
-        wrong = parity.check(net(file, weights=weights))
-        assert wrong.status == "failed" and wrong.worst > 1e-2 and wrong.where == where, wrong
+    wrong = parity.check(net("lstm.py", weights="order"))
+    assert wrong.status == "failed" and wrong.worst > 1e-2, wrong
+    assert wrong.where == "rnn.cell.ig.kernel <- lstm.weight_ih_l0[15:20]", wrong
 
 
 @pytest.mark.slow
