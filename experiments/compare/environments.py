@@ -97,9 +97,10 @@ def fitted(design, jobs: list) -> None:
 
 def jobs(sweep: Sweep, environments=None, first=lambda jobs: None) -> list:
     """The sweep's jobs, composed and validated (the overrides, the store, `first`: the command's own checks of
-    them, then this interpreter's probe) before anything is built; BadInput naming the fix. A `model=` this interpreter doesn't know may be a network that only the
-    environments compared declare (`nnbench versions mypkg==1.0,1.1 model=mynet`): then `environments()` builds them
-    and the overrides are checked again with their networks."""
+    them, then this interpreter's probe) before anything is built; BadInput naming the fix. A `model=` this
+    interpreter doesn't know may be a network that only the environments compared declare (`nnbench versions
+    mypkg==1.0,1.1 model=mynet`): then `environments()` builds them and the overrides are checked again with their
+    networks."""
     from experiments.common.config import register  # Hydra is slow to import: only for the commands that sweep
     from experiments.sweep import commandline
 
