@@ -29,8 +29,6 @@ def ops_of(name: str, fw: str, jit: bool) -> tuple[str, ...]:
     return ("training",) if jit else ("inference",)
 
 
-
-
 def cases(name: str, fw: str, jit: bool) -> list:
     """The case's ops, those the fast tier (tests/conftest.py FAST_MODELS) runs apart from the rest: the MLP's
     inference compiled by torch (its other ops and the conv net's in the slow tier), and the conv net in jax's eager
