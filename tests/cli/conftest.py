@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from experiments.selfcheck import planted as plant
+from tests.helpers import with_store
 
 # nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
 # planted.py): 1.0.1 does 1.0's work (A/A), 1.1 and 1.2 30% more, 2.0 twice as much (a change no load hides).
@@ -23,7 +24,7 @@ def paired_store(tmp_path_factory):
     the runs it started."""
     from experiments.store import tracking
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
+    uri = f"sqlite:///{with_store(tmp_path_factory.mktemp('store'), 'mlflow.db')}/mlflow.db"
     tracking.Store(uri).open("nnbench")
     return uri
 

@@ -9,7 +9,7 @@ from experiments.common.protocol import Measurement, OpResult, Point, PointResul
 from experiments.measure.reading import read
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
-from tests.helpers import config, nnbench, runs
+from tests.helpers import config, nnbench, runs, with_store
 
 TORCH = config("framework=torch", "device=cpu")
 
@@ -30,8 +30,7 @@ def log_point(uri, exp_id, version, median, rng, tmp, processes=5):
 @pytest.fixture
 def store(tmp_path):
     """torch 2.11.0, 2.12.0, 2.13.0 at 1.00 ms; a fourth version's level is up to each test."""
-    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
-    (tmp_path / "mlruns").mkdir()
+    uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
     exp = tracking.Store(uri).prepare("nnbench")
     rng = np.random.default_rng(0)
     for v in ("2.11.0", "2.12.0", "2.13.0"):

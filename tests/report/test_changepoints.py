@@ -52,7 +52,7 @@ def test_the_regressions_table_names_where_before_after_and_the_ratio():
     assert "▲ " in history.overview(s, r, values) and "1.0…1.4 → 1.5…1.7" in history.regressions_markdown(r)
 
 
-@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("n", [2, 3, pytest.param(5, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 def test_flat_series_rarely_get_a_change(n):
     """400 flat series of n values, 5 processes each (spread 10%): a confirmed change in at most ~5% of them
     (simulated: 3-5% for n < 5, where only the processes tell the noise; about 1% from 5 values on)."""

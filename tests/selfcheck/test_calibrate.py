@@ -76,11 +76,9 @@ def test_the_paired_table_puts_both_verdicts_side_by_side():
 
 
 def calibrate_says(*argv: str):
-    import subprocess
-    import sys
+    from tests.helpers import ROOT, nnbench
 
-    r = subprocess.run([sys.executable, "-m", "experiments", "calibrate", *argv], capture_output=True, text=True,
-                       timeout=600)
+    r = nnbench("calibrate", list(argv), ROOT)
     return r.returncode, r.stderr.strip().splitlines()
 
 

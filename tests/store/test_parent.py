@@ -7,11 +7,12 @@ from mlflow.tracking import MlflowClient
 from experiments.common.interrupts import Interrupted
 from experiments.store import tracking
 from experiments.store.parent import parent_run
+from tests.helpers import with_store
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
+    uri = f"sqlite:///{with_store(tmp_path_factory.mktemp('store'), 'mlflow.db')}/mlflow.db"
     return uri, tracking.Store(uri).open("nnbench")
 
 

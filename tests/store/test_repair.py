@@ -9,12 +9,13 @@ from experiments.store import repair, tracking
 from experiments.sweep import preflight
 from experiments.store.records import Record
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
+from tests.helpers import with_store
 from tests.helpers.groups import measured_together
 
 
 @pytest.fixture
 def store(tmp_path):
-    uri = f"sqlite:///{tmp_path}/store.db"
+    uri = f"sqlite:///{with_store(tmp_path, 'store.db')}/store.db"
     return uri, tracking.Store(uri).open("nnbench")
 
 

@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from experiments.store import tracking, view
 from experiments.store.records import NOTE, Record
+from tests.helpers import with_store
 
 
 def record(key: str = "k1", fingerprint: str = "f1") -> Record:
@@ -20,7 +21,7 @@ def record(key: str = "k1", fingerprint: str = "f1") -> Record:
 @pytest.fixture
 def opened(tmp_path):
     """A sqlite store with the nnbench experiment: (its Store, the experiment's id)."""
-    store = tracking.Store(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    store = tracking.Store(f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db")
     return store, store.open("nnbench")
 
 

@@ -7,6 +7,7 @@ from experiments import cli
 from experiments.store import tracking
 from experiments.sweep import preflight
 from experiments.store.sweepdir import Sweep, SweepState
+from tests.helpers import with_store
 from tests.helpers.groups import measured_together
 
 
@@ -19,7 +20,7 @@ def test_upload_logs_saved_points_once(tmp_path, fake_python, monkeypatch, make_
     jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "ops=[inference]", "bench=quick",
                                                    f"runtime.python={fake_python}"))) for fw in ("jax", "torch")]
     recs = [r for k in measured_together(jobs, tmp_path / "multirun" / "0") for r in k.records]  # not logged
-    uri = f"sqlite:///{tmp_path}/store.db"
+    uri = f"sqlite:///{with_store(tmp_path, 'store.db')}/store.db"
     exp = tracking.Store(uri).prepare("nnbench")
     parent = tracking.Store(uri).start_parent(exp, "sweep", {})
     Sweep(tmp_path / "multirun").write(SweepState(uri, exp, parent, 2, 8, 0.0, ended="finished"))  # as a sweep leaves it

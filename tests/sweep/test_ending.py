@@ -13,6 +13,7 @@ from experiments.store import tracking
 from experiments.store.parent import parent_run
 from experiments.store.sweepdir import Sweep
 from experiments.sweep import ending, opening
+from tests.helpers import with_store
 
 
 def test_the_last_line_counts_every_outcome():
@@ -82,7 +83,7 @@ def sweep_parent(uri: str, directory, outcome: str) -> str:
 
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
-    return f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
+    return f"sqlite:///{with_store(tmp_path_factory.mktemp('store'), 'mlflow.db')}/mlflow.db"
 
 
 @pytest.mark.parametrize("outcome,status", [("whole", "FINISHED"), ("interrupted", "KILLED"), ("stopped", "FAILED"),
