@@ -34,7 +34,8 @@ def preload(framework: str) -> None:
 
     module(framework)  # jax, flax, optax / torch: imports only; a Backend() would start XLA or the OpenMP pool
     if framework == "torch":
-        import torch._dynamo  # noqa: F401  torch.compile's front end, imported by the first compile otherwise
+        # torch.compile's front end: a worker's first prepare imports it otherwise, eager or compiled (a second of CPU)
+        import torch._dynamo  # noqa: F401
         import torch._inductor.config  # noqa: F401
 
 
