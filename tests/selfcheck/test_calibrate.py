@@ -5,6 +5,7 @@ import pytest
 import pandas as pd
 
 from experiments.selfcheck import calibrate
+from tests.helpers import ROOT, nnbench
 
 
 def replicates(rng, points=12, repeats=6, spread=0.03):
@@ -76,8 +77,6 @@ def test_the_paired_table_puts_both_verdicts_side_by_side():
 
 
 def calibrate_says(*argv: str):
-    from tests.helpers import ROOT, nnbench
-
     r = nnbench("calibrate", list(argv), ROOT)
     return r.returncode, r.stderr.strip().splitlines()
 
