@@ -2,8 +2,9 @@
 network has its torch weights copied into its Flax module through its weight map, then the eval-mode outputs, the
 loss and every mapped parameter's gradient are compared at fp32 on the CPU (a model of the layer DSL: from its
 canonical weights, as tests/measure/test_parity.py does). With its FLOPs counted by one framework for both
-(`counted`), it is `python -m experiments.measure.parity MODEL_JSON [OP:BATCH ...]`: it imports and
-configures both frameworks, so it runs in a process of its own, never in a measuring worker.
+(`counted`), it is `python -m experiments.measure.parity [--flops-only] MODEL_JSON [OP:BATCH ...]`: it imports and
+configures both frameworks, so it runs in a process of its own, never in a measuring worker. With --flops-only
+(parity=false) it only counts: the frameworks are neither configured nor run to compare them.
 
 Eval mode, because there both frameworks are deterministic: dropout is off and BatchNorm reads its running
 statistics. No framework can match another's dropout stream, so train-mode randomness is not compared.
@@ -160,17 +161,22 @@ def counted(spec: Model, op: str, batch: int, seed: int = 0) -> FlopCount:
     return FlopCount(op, batch, backend.prepare(spec, op, batch, seed).cost(), where)
 
 
-def prove(spec: Model, points: list[tuple[str, int]], seed: int = 0) -> Proof:
-    """Parity, and the FLOPs of each (op, batch) from one source for both frameworks."""
-    return Proof(check(spec, seed), [counted(spec, op, batch, seed) for op, batch in points])
+NOT_ASKED = Parity("unchecked", reason="not asked (--flops-only)")
+
+
+def prove(spec: Model, points: list[tuple[str, int]], seed: int = 0, parity: bool = True) -> Proof:
+    """Parity (unless not asked), and the FLOPs of each (op, batch) from one source for both frameworks."""
+    return Proof(check(spec, seed) if parity else NOT_ASKED, [counted(spec, op, batch, seed) for op, batch in points])
 
 
 def main(argv: list[str]) -> int:
-    """`MODEL_JSON [OP:BATCH ...]`: the model as models.load takes it ({"name": ..., keys}); prints one Proof."""
-    keys = json.loads(argv[0])
-    spec = models.load(**keys)
-    points = [(op, int(b)) for op, _, b in (a.partition(":") for a in argv[1:])]
-    print(prove(spec, points).to_json())
+    """`[--flops-only] MODEL_JSON [OP:BATCH ...]`: the model as models.load takes it ({"name": ..., keys}); prints
+    one Proof."""
+    flops_only = argv[:1] == ["--flops-only"]
+    model, *asked = argv[flops_only:]
+    spec = models.load(**json.loads(model))
+    points = [(op, int(b)) for op, _, b in (a.partition(":") for a in asked)]
+    print(prove(spec, points, parity=not flops_only).to_json())
     return 0
 
 

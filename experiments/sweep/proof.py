@@ -55,17 +55,23 @@ def checks(job: Job) -> bool:
     return job.config.parity and job.config.framework.name != EXTERNAL
 
 
+def compares(job: Job) -> bool:
+    """Whether the parity process compares the frameworks (else it only counts a network's FLOPs)."""
+    return checks(job) and checkable(job.spec)
+
+
 def key(job: Job) -> str:
-    what = {"model": dict(job.config.model), "source": source_tags(job.spec),
+    what = {"model": dict(job.config.model), "source": source_tags(job.spec), "parity": compares(job),
             "points": sorted({f"{op}:{p.batch_size}" for p in job.points for op in p.ops})}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def ask(job: Job, timeout_s: float) -> tuple[Proof, bool]:
-    """One parity process for the job's model and points (it imports both frameworks: never in this process), and
+    """One parity process for the job's model and points (it imports the frameworks: never in this process), and
     whether it answered (a process that was killed, or ran out of time, is not kept for the next job)."""
     points = sorted({f"{op}:{p.batch_size}" for p in job.points for op in p.ops})
-    cmd = [job.python, "-m", "experiments.measure.parity", json.dumps(dict(job.config.model)), *points]
+    flops_only = [] if compares(job) else ["--flops-only"]
+    cmd = [job.python, "-m", "experiments.measure.parity", *flops_only, json.dumps(dict(job.config.model)), *points]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -88,8 +94,8 @@ def proof(job: Job, directory: Path) -> Proof:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return Proof.from_json(path.read_text())
-        what = [w for w, needs in (("checking that jax and torch compute the same function", checks(job)
-                                    and checkable(job.spec)), ("counting its FLOPs", uncounted(job.spec))) if needs]
+        what = [w for w, needs in (("checking that jax and torch compute the same function", compares(job)),
+                                   ("counting its FLOPs", uncounted(job.spec))) if needs]
         log.info("%s: %s, in a process of its own", job.spec.name or job.config.model["name"], " and ".join(what))
         got, answered = ask(job, job.config.bench.timeout_s)
         if answered:
@@ -103,7 +109,7 @@ def tagged(job: Job, directory: Path) -> Job:
     if spec is None or not job.points:  # an external runner's model; or nothing left to measure
         return job
     got = None
-    if check and checkable(spec) or uncounted(spec):
+    if compares(job) or uncounted(spec):
         try:
             got = proof(job, directory)
         except OSError as e:  # the sweep's dir: its points are still measured, their parity unchecked
@@ -111,7 +117,7 @@ def tagged(job: Job, directory: Path) -> Job:
     unchecked = "framework=external: the runner's own code, not checked" if job.config.parity \
         else "parity=false: not checked"
     parity = Parity("unchecked", reason=unchecked) if not check \
-        else got.parity if got else parity_check(spec)  # unchecked at once, with the reason: nothing is imported
+        else got.parity if got and compares(job) else parity_check(spec)  # unchecked at once, with the reason
     counts = sides(spec)
     tags = source_tags(spec) | {"parity": parity.status, "flops_source": flops_source(spec),
                                 **{f"param_count_{fw}": str(n) for fw, n in counts.items()},

@@ -3,6 +3,7 @@ where the FLOPs come from, the parameter count per framework, the network's sour
 and a framework the network lacks, skipped in the parent with the reason."""
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
@@ -10,6 +11,7 @@ import pytest
 
 import models
 from experiments.common.protocol import Point
+from experiments.measure import parity
 from experiments.store import records
 from experiments.sweep import preflight, processes, proof
 from tests.helpers.groups import measured_together
@@ -47,6 +49,17 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
                            "training:8": j.flops["training:8"]} and j.request().flops == j.flops
     off = proof.tagged(job(make_cfg, nets, "mlp.py", "parity=false"), tmp_path / "off")
     assert off.tags["parity"] == "unchecked" and off.tags["parity_reason"] == "parity=false: not checked"
+    assert len(asked) == 2 and off.flops == torch_job.flops  # a process that only counts, as the comparing one did
+
+
+def test_a_flops_only_process_counts_without_comparing(nets, monkeypatch, capsys):
+    """parity=false: the network's FLOPs are still counted (one framework for both), the frameworks not compared."""
+    monkeypatch.setattr(parity, "check", lambda *a, **k: pytest.fail("compared the frameworks"))
+    assert parity.main(["--flops-only", json.dumps({"name": "file", "path": str(nets / "mlp.py")}), "inference:2"]) == 0
+    got = parity.Proof.from_json(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got.parity.status == "unchecked" and got.parity.reason == "not asked (--flops-only)"
+    assert [(c.op, c.batch, c.flops, c.source) for c in got.flops] == [("inference", 2, 2 * 2 * (32 * 16 + 16 * 10),
+                                                                        "torch")]
 
 
 def test_an_external_runner_s_job_starts_no_parity_process(make_cfg, tmp_path, monkeypatch):
