@@ -50,6 +50,8 @@ start_postgres() {
   done
 }
 
+# auth_cache_ttl_seconds: the one worker checks a user's password hash (tens of ms of CPU by design) once a minute,
+# not on every request: a sweep logs with hundreds of requests.
 auth_config() {  # the basic-auth app's settings, its secret key and its admin password
   "$PYTHON" -c 'import flask_wtf' 2>/dev/null ||
     die "$PYTHON lacks the basic-auth app's Flask-WTF: pip install 'mlflow[auth]'"
@@ -61,6 +63,7 @@ default_permission = EDIT
 database_uri = postgresql://postgres@127.0.0.1:$(cat "$DIR/pg.port")/mlflow_auth
 admin_username = admin
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = 60
 EOF
 }
 
