@@ -50,6 +50,8 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
     off = proof.tagged(job(make_cfg, nets, "mlp.py", "parity=false"), tmp_path / "off")
     assert off.tags["parity"] == "unchecked" and off.tags["parity_reason"] == "parity=false: not checked"
     assert len(asked) == 2 and off.flops == torch_job.flops  # a process that only counts, as the comparing one did
+    (kept,) = (tmp_path / "off" / proof.PROOFS).glob("*.json")
+    assert parity.Proof.from_json(kept.read_text()).parity == parity.NOT_ASKED
 
 
 def test_a_flops_only_process_counts_without_comparing(nets, monkeypatch, capsys):
