@@ -12,7 +12,7 @@ from tests.helpers import with_store
 # was read inconclusive on a busy machine).
 PLANTED = {"1.0": 1.0, "1.0.1": 1.0, "1.1": 1.6, "1.2": 1.6, "2.0": 2.0}
 # Its network as one cell big enough to time in 20 ms bursts (10 to 20 matmuls of 128, one thread), on a quick budget
-# with no machine check and no parity process (what the paired tests read is the verdict).
+# with no machine check and no parity check (what the paired tests read is the verdict; its FLOPs are still counted).
 PLANTED_POINT = [f"model={plant.NAME}", "model.n=128", "model.depth=10", "framework=torch", "framework.threads=1",
                  "batch_size=32", "ops=[inference]", "bench=quick", "parity=false", "bench.machine_check_s=0"]
 INDEX_VARIABLES = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
