@@ -117,7 +117,7 @@ def tagged(job: Job, directory: Path) -> Job:
     unchecked = "framework=external: the runner's own code, not checked" if job.config.parity \
         else "parity=false: not checked"
     parity = Parity("unchecked", reason=unchecked) if not check \
-        else got.parity if got and compares(job) else parity_check(spec)  # unchecked at once, with the reason
+        else got.parity if compares(job) else parity_check(spec)  # unchecked at once, with the reason
     counts = sides(spec)
     tags = source_tags(spec) | {"parity": parity.status, "flops_source": flops_source(spec),
                                 **{f"param_count_{fw}": str(n) for fw, n in counts.items()},
