@@ -4,7 +4,8 @@ Every point is saved in its Hydra job directory before it is logged. For each po
 point dir, or any folder above them) the store is made to hold its run exactly once: a complete run is left alone,
 a half-logged one is completed, a missing one is logged. Then each sweep's parent run is closed: FINISHED (with
 the report) once every planned point is in the store, KILLED for an interrupted sweep, else FAILED. Points go to
-their sweep's own store unless --uri says otherwise. A sweep that is still running is skipped (exit 1).
+their sweep's own store unless --uri says otherwise; where that store has lost the sweep's parent run (deleted or
+replaced while the sweep ran), its points go under a new one. A sweep that is still running is skipped (exit 1).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from experiments.cli.selection import add_uri
 from experiments.common.errors import BAD_INPUT, LOST, OK, BadInput, error_line, first_line
 from experiments.store.records import META, Record
-from experiments.store.sweepdir import STATE, Sweep
+from experiments.store.sweepdir import STATE, Sweep, SweepState
 from experiments.store.uris import store_uri, validate
 
 
@@ -50,6 +51,8 @@ def run(a: argparse.Namespace) -> int:
             store = tracking.Store(uri)
             exp_id = store.open(a.experiment or cfg["mlflow"]["experiment_name"],
                                 "--uri" if a.uri else "mlflow.tracking_uri")
+            if own and state.parent_run_id:
+                state = parent_in(store, exp_id, sweep, state)
             for d in dirs:
                 if what := repair.sync_point(store, exp_id, d, state.parent_run_id if own else None, own):
                     print(f"{d}: {what}")
@@ -62,6 +65,19 @@ def run(a: argparse.Namespace) -> int:
     if done == 0 and code == OK:
         print(f"nothing to log under {a.directory}: every point is in its store")
     return code
+
+
+def parent_in(store, experiment_id: str, sweep: Sweep, state: SweepState) -> SweepState:
+    """The sweep's state, with a new parent run where its store (a `tracking.Store`) has lost its own (deleted or
+    replaced while the sweep ran): its points then go under the new one."""
+    from experiments.sweep import opening  # the sweep's door: only where a parent is started again
+
+    if store.get_runs([state.parent_run_id])[state.parent_run_id] is not None:
+        return state
+    new = opening.restart_parent(store, experiment_id, sweep)
+    print(f"{sweep.directory}: {state.uri} has no parent run {state.parent_run_id}: its points go under a new one, "
+          f"{new.parent_run_id}")
+    return new
 
 
 def saved_points(directory: Path) -> dict[Path | None, list[Path]]:

@@ -29,7 +29,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         interrupts.checkpoint()  # a signal while Hydra started: nothing is written yet
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        overrides = " ".join(config.hydra.overrides.task)
+        overrides = list(config.hydra.overrides.task)
         try:
             validated = commandline.VALIDATED
             if validated is None:  # not started through `python -m experiments.run`: validate here
@@ -38,10 +38,9 @@ class SweepCallback(Callback):
                     jobs = preflight.jobs([preflight.typed(c) for c in commandline.job_configs(config)])
                 uri = uris.validate(config.mlflow.tracking_uri, config.mlflow.experiment_name)
                 validated = commandline.Validated(jobs, uri)
-            parent = ParentRun(f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')} · {overrides}",
-                               {"overrides": overrides, "sweep_dir": str(sweep_dir)}, config.mlflow.parent_run_id)
+            parent = ParentRun.of(overrides, sweep_dir, time.time(), config.mlflow.parent_run_id)
             state = open_sweep(sweep_dir, validated.jobs, validated.uri, config.mlflow.experiment_name, parent,
-                               list(config.hydra.overrides.task))
+                               overrides)
         except (BadInput, SweepTaken) as e:
             fail(str(e))
         except Exception as e:  # StoreUnavailable, or anything unexpected: the sweep must not go on without it

@@ -29,6 +29,20 @@ class ParentRun:
     params: dict[str, str] = field(default_factory=dict)
     nest_under: str | None = None
 
+    @classmethod
+    def of(cls, overrides: list[str], sweep_dir: Path, started: float, nest_under: str | None = None) -> ParentRun:
+        """A sweep's, named by when it started and its command line's overrides."""
+        line = " ".join(overrides)
+        return cls(f"sweep {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))} · {line}",
+                   {"overrides": line, "sweep_dir": str(sweep_dir)}, nest_under)
+
+    def start(self, store, experiment_id: str, jobs: int | None, points: int | None) -> str:
+        """Start it in the store (a `tracking.Store`) with the sweep's numbers of jobs and points; its id."""
+        from experiments.store.parent import Parent  # mlflow is slow to import: only once a parent is started
+
+        params = {**self.params, "job_count": jobs, "point_count": points}
+        return Parent.start(store, experiment_id, self.name, params, kind="sweep", nest_under=self.nest_under).run_id
+
 
 def already_done(store, experiment_id: str, job: Job) -> list[int]:
     """With resume=true, the batch sizes of the job's points that the store (a `tracking.Store`) holds FINISHED
@@ -60,7 +74,6 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     in this store are closed first (see store.repair.close_stale).
     """
     from experiments.store import repair, tracking  # mlflow is slow to import: only once the input is good
-    from experiments.store.parent import Parent
 
     global ACTIVE
     seconds = max((j.config.bench.machine_check_s for j in jobs), default=0) if jobs else 1.0
@@ -82,8 +95,17 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:
-            params = {**parent.params, "job_count": n_jobs, "point_count": points}
-            run = Parent.start(store, exp_id, parent.name, params, kind="sweep", nest_under=parent.nest_under)
-            state = replace(state, parent_run_id=run.run_id)
+            state = replace(state, parent_run_id=parent.start(store, exp_id, n_jobs, points))
             sweep.write(state)
+    return state
+
+
+def restart_parent(store, experiment_id: str, sweep: Sweep) -> SweepState:
+    """A new parent run for a sweep whose store lost its own (the store deleted or replaced while it ran), named as
+    its launcher named the first, its id written in the sweep's state: `nnbench upload` logs the points under it."""
+    state = sweep.read()
+    run_id = ParentRun.of(state.overrides, sweep.directory, state.start).start(store, experiment_id, state.jobs,
+                                                                                state.points)
+    state = replace(state, experiment_id=experiment_id, parent_run_id=run_id)
+    sweep.write(state)
     return state

@@ -107,6 +107,17 @@ def nnbench(command: str, args: list[str], cwd: Path, **extra_env: str) -> subpr
     return run([command, *args], cwd, module="experiments", **extra_env)
 
 
+def forget(uri: str) -> None:
+    """Drop this process's MLflow store of `uri` (MLflow keeps one per URI, and an engine per database, with its open
+    connections): a database deleted and made again under the same URI is read afresh."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry
+
+    TrackingStoreRegistry._get_store_with_resolved_uri.cache_clear()
+    if engine := SqlAlchemyStore._engine_map.pop(uri, None):
+        engine.dispose()
+
+
 def runs(uri: str, parents: bool = False):
     """The point runs (or only the sweeps' parent runs) of the nnbench experiment."""
     import mlflow
