@@ -9,7 +9,7 @@ hold the rest, each by its role, and this file re-exports what models, backends 
 - `_weights`: a weight map's entries (`From`) and the maps of attention, an encoder layer and an LSTM;
 - `_registry`: finding a model by name and importing its code (built-ins, entry points `nnbench.models`,
   `model=file`): `available`, `installed`, `names`, `preload`;
-- `_load`: `declared` and `load`, the checks a declaration passes at the door;
+- `_load`: `declared` and `load`, the checks a declaration passes at the door (`known`: a network checked already);
 - `_check`: a user's network built once without computing, its weight map checked (imported only by `load`);
 - `_mlp`, `_transformer`: parts the built-in models share.
 """
@@ -20,7 +20,7 @@ from models._declarations import OPS, Model, ModelSpec, Network, Source
 from models._layers import (LSTM, STATS, Act, Attention, BatchNorm, ClassToken, Concat, Conv, Dense, Embed, Flatten,
                             GlobalMeanPool, GroupNorm, Layer, LayerNorm, MatmulChain, MaxPool, Mean, PosEmbed, Residual,
                             RMSNorm, Token, ToTokens, Upsample, is_stat, pair)
-from models._load import declared, load
+from models._load import declared, known, load
 from models._registry import ENTRY_POINTS, FILE, available, installed, names, preload
 from models._weights import LSTM_GATES, Entry, From, attention, encoder_layer, entry, lstm_cell, lstm_name
 
@@ -36,5 +36,5 @@ __all__ = [
     # _weights
     "From", "Entry", "entry", "attention", "encoder_layer", "lstm_cell", "lstm_name", "LSTM_GATES",
     # _registry and _load
-    "available", "installed", "names", "preload", "declared", "load", "ENTRY_POINTS", "FILE",
+    "available", "installed", "names", "preload", "declared", "known", "load", "ENTRY_POINTS", "FILE",
 ]

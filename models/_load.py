@@ -75,11 +75,25 @@ def declared(name: str, **keys) -> Model:
 _LOADED: dict[str, Model] = {}
 
 
+def _memo(name: str, keys: dict) -> str:
+    return repr((name, sorted(keys.items())))
+
+
+def known(name: str, params: dict[str, int], **keys) -> Model:
+    """`declared`, for a network another process has loaded (`load`) a moment ago: its trainable parameter count per
+    side from that check, its sides not built again; cached as `load` caches."""
+    memo = _memo(name, keys)
+    if memo not in _LOADED:
+        m = declared(name, **keys)
+        _LOADED[memo] = dataclasses.replace(m, params=dict(params)) if isinstance(m, Network) else m
+    return _LOADED[memo]
+
+
 def load(name: str, **keys) -> Model:
     """`declared`, and for a Network each side built once without computing (torch on the meta device, Flax through
     nnx.eval_shape): a builder that raises, or a weight map naming a parameter that doesn't exist, is one line here,
     before anything is measured. Cached per name and keys."""
-    memo = repr((name, sorted(keys.items())))
+    memo = _memo(name, keys)
     if memo not in _LOADED:
         m = declared(name, **keys)
         if isinstance(m, Network):

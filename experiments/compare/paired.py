@@ -161,10 +161,13 @@ def sweep(overrides: list[str], directory: Path, uri: str, experiment: str, pare
     """The paired sweep, in a child process, its dir `directory`; its exit code: 128 + the signal where an interrupt
     stopped it (passed on to it: it kept what it measured, closed its runs and said so in its one line, so the
     command has nothing to add; STOPPED). Its lines go to this terminal (`quiet`: to stderr)."""
+    from experiments.sweep import preflight  # the door: only for these commands
+
     argv = [sys.executable, "-m", "experiments.run", "-m", *overrides, f"hydra.sweep.dir={directory}",
             f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={experiment}",
             *([f"mlflow.parent_run_id={parent}"] if parent else [])]
-    environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    environ = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                            preflight.FOUND: preflight.found()}  # what this command's door found: not asked again
     try:
         return run_to_end(argv, env=environ, stdout=sys.stderr if quiet else None).returncode
     except KeyboardInterrupt as e:  # raised once the sweep, which had it passed on, has ended

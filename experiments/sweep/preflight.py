@@ -2,10 +2,12 @@
 fix; everything that can be known wrong before measuring, validated the same for single runs and sweeps. Parent side."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes.util
 import dataclasses
 import functools
+import json
 import math
 import os
 import sys
@@ -21,6 +23,29 @@ from experiments.common.job import Job
 from experiments.common.protocol import Point, Setup
 from experiments.harness import external, manager
 from experiments.sweep import hydra_errors
+
+
+# What a command's door found, passed to the sweep it starts in a child process (`compare.paired.sweep`): each
+# probe's answer and each user's network's parameter counts. The child's door meets the same interpreters and
+# networks a moment later and doesn't ask them again (an import of each framework); what isn't there, it asks.
+FOUND = "NNBENCH_DOOR_FOUND"
+_found: dict[str, dict] = {"probes": {}, "networks": {}}  # what this process's doors found, to pass on
+
+
+def found() -> str:
+    """What this process's door found, for `FOUND` in the environment of a sweep it starts."""
+    return json.dumps(_found)
+
+
+def passed(text: str | None) -> dict[str, dict]:
+    """`FOUND` as a door reads it: nothing where it is missing or malformed."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        got = json.loads(text or "{}")
+        return {k: dict(got.get(k) or {}) for k in ("probes", "networks")}
+    return {"probes": {}, "networks": {}}
+
+
+_passed = passed(os.environ.get(FOUND))  # what the command that started this process passed on
 
 
 @functools.cache
@@ -56,11 +81,18 @@ def unknown_keys(cfg: DictConfig) -> None:
 
 
 def model_spec(config: Config) -> models.ModelSpec:
-    keys = {k: v for k, v in config.model.items() if k != "name"}
+    name, keys = config.model["name"], {k: v for k, v in config.model.items() if k != "name"}
+    key = json.dumps([name, sorted(keys.items())], default=str)
     try:
-        return models.load(config.model["name"], **keys)
+        if (params := _passed["networks"].get(key)) is None:
+            spec = models.load(name, **keys)
+        else:  # checked by the command that started this sweep
+            spec = models.known(name, params, **keys)
     except (ValueError, TypeError) as e:
         raise BadInput(str(e)) from None
+    if isinstance(spec, models.Network):
+        _found["networks"][key] = spec.params
+    return spec
 
 
 # Budget keys with a stricter rule than "a finite number >= 0" (which every numeric bench key must be).
@@ -143,19 +175,28 @@ def jobs(configs: list[Config], first: Callable[[list[Job]], None] = lambda jobs
     validated = [job(c) for c in configs]
     first(validated)
     asks = {ask(j) for j in validated if j.config.framework.name != EXTERNAL}
-    answers = dict(zip(asks, manager.probe(list(asks))))
-    for (python, fw, _, _), (problem, _) in answers.items():
-        if problem and python == sys.executable:
+    new = [a for a in asks if asked(a) not in _passed["probes"]]
+    answers = {asked(a): _passed["probes"][asked(a)] for a in asks if asked(a) in _passed["probes"]}
+    for a, (problem, fingerprint) in zip(new, manager.probe(new) if new else []):
+        if problem and a[0] == sys.executable:
             raise BadInput(problem)
         if problem:
-            raise BadInput(f"runtime.python={python} cannot measure framework={fw} ({problem}): let `nnbench "
+            raise BadInput(f"runtime.python={a[0]} cannot measure framework={a[1]} ({problem}): let `nnbench "
                            "versions PACKAGE==VERSION OVERRIDES` build the environment (see docs/comparing.md)")
-    return [dataclasses.replace(j, fingerprint=answers[ask(j)][1]) if ask(j) in answers else j for j in validated]
+        answers[asked(a)] = fingerprint
+    _found["probes"] |= answers
+    return [dataclasses.replace(j, fingerprint=answers[asked(ask(j))]) if ask(j) in asks else j for j in validated]
 
 
 def ask(job: Job) -> tuple[str, str, Setup, str]:
     """What a probe is asked: interpreter, framework, set-up and allocator (the allocator is in the fingerprint)."""
     return job.python, str(job.config.framework.name), job.setup, str(job.config.runtime.allocator)
+
+
+def asked(a: tuple[str, str, Setup, str]) -> str:
+    """A probe's question as a key of `FOUND`."""
+    python, fw, setup, allocator = a
+    return json.dumps([python, fw, setup.to_json(), allocator])
 
 
 def plan(config: Config, spec: models.ModelSpec) -> tuple[Point, ...]:

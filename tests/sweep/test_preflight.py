@@ -8,6 +8,7 @@ from omegaconf.errors import ValidationError
 
 import models
 from experiments.common.errors import BadInput
+from experiments.harness import manager
 from experiments.sweep import cells, hydra_errors, preflight
 from experiments.common.config import Precision, frameworks
 from experiments.common.protocol import Point
@@ -170,3 +171,26 @@ def test_plan_single_batch_size_runs_every_op(make_cfg):
 def test_plan_matmul_chain_batch_is_m_and_keeps_unsupported_ops(make_cfg):
     c = preflight.typed(make_cfg("model=matmul_chain", "model.m=64"))
     assert preflight.plan(c, preflight.model_spec(c)) == (Point(64, ("inference", "training")),)
+
+
+def test_a_sweep_started_by_a_command_asks_nothing_its_door_found(make_cfg, monkeypatch):
+    """What the door of `nnbench ab`, `versions` or `bisect` found reaches the sweep it starts (preflight.FOUND): that
+    sweep's door probes none of the same interpreters again and builds no network's sides again; its jobs carry the
+    command's fingerprints and parameter counts."""
+    net = ROOT / "tests" / "fixtures" / "nets" / "attention.py"
+    configs = [preflight.typed(make_cfg(f"framework={fw}", "model=file", f"model.path={net}")) for fw in ("jax", "torch")]
+    monkeypatch.setattr(preflight, "_found", {"probes": {}, "networks": {}})
+    monkeypatch.setattr(manager, "probe", lambda asks: [(None, f"fingerprint-{fw}") for _, fw, _, _ in asks])
+    command = preflight.jobs(configs)  # the command's door: the interpreter probed, the network built
+
+    def asked_again(*args):
+        raise AssertionError(f"asked again: {args}")
+
+    monkeypatch.setattr(preflight, "_passed", preflight.passed(preflight.found()))  # as its sweep's door reads it
+    monkeypatch.setattr(manager, "probe", asked_again)
+    monkeypatch.setattr(models._check, "checked", asked_again)
+    monkeypatch.setattr(models._load, "_LOADED", {})  # the sweep's process: nothing loaded yet
+    sweep = preflight.jobs(configs)
+    assert [j.fingerprint for j in sweep] == [j.fingerprint for j in command] == ["fingerprint-jax", "fingerprint-torch"]
+    assert sweep[0].spec.params == command[0].spec.params and set(sweep[0].spec.params) == {"jax", "torch"}
+    assert preflight.passed("{not json") == preflight.passed(None) == {"probes": {}, "networks": {}}
