@@ -69,6 +69,10 @@ def fmt_time(seconds: float) -> str:
 def points(t: pd.DataFrame) -> pd.DataFrame:
     """One row per point: replicate runs (repeat=0,1,...) folded into the median of their statistics; its `variant`
     is its label (namesakes apart: two environments of one framework are two lines)."""
+    parity = t["parity"] if "parity" in t else pd.Series("ok", index=t.index)
+    flags = pd.DataFrame({flag: t[flag] == "true" if flag in t else False for flag in FLAGS}, index=t.index)
+    # a point's parity: "ok" where every run says so; a run written before the check has no parity tag (NaN)
+    t = t.assign(_no_tag=parity.isna(), _ok=parity == "ok", _failed=parity == "failed", **flags)
     g = t.groupby([*POINT, "label"], sort=True, dropna=False)
     out = g[["median_s", "p25_s", "p75_s"]].median()
     out["ci95_low_s"], out["ci95_high_s"] = g["ci95_low_s"].min(), g["ci95_high_s"].max()
@@ -82,11 +86,10 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
         if col in t:
             how = {"paired_speedup": "median", "paired_speedup_ci95_low": "min", "paired_speedup_ci95_high": "max"}
             out[col] = g[col].agg(how.get(col, "first"))
-    # a point's parity: "ok" where every run says so; a run written before the check has no parity tag (NaN)
-    out["parity"] = g["parity"].agg(lambda v: "ok" if v.isna().all() or (v == "ok").all() else
-                                    "failed" if (v == "failed").any() else "unchecked") if "parity" in t else "ok"
-    for flag in FLAGS:  # a point is flagged when any of its runs is
-        out[flag] = g[flag].agg(lambda v: bool((v == "true").any())) if flag in t else False
+    every, anyone = g[["_no_tag", "_ok"]].all(), g[["_failed", *FLAGS]].any()
+    out["parity"] = (every["_no_tag"] | every["_ok"]).map({True: "ok", False: "unchecked"}).mask(
+        ~(every["_no_tag"] | every["_ok"]) & anyone["_failed"], "failed")
+    out[list(FLAGS)] = anyone[list(FLAGS)]  # a point is flagged when any of its runs is
     out = out.reset_index()
     out["variant"] = out.pop("label")
     out["throughput_samples_per_s"] = out["batch_size"] / out["median_s"]
@@ -95,8 +98,8 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
 
 def series(t: pd.DataFrame, model: str, op: str, y: str = "median_s") -> dict[str, pd.DataFrame]:
     """The lines of one figure: variant -> batch size, y and its p25-p75 band (time) or the same for throughput."""
-    t = points(t)
     sub = t[(t["model"] == model) & (t["op"] == op)]
+    sub = points(sub) if not sub.empty else sub
     out = {}
     for variant, g in sub.groupby("variant", sort=True):
         g = g.sort_values("batch_size")
