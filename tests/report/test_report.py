@@ -80,6 +80,21 @@ def test_time_series_has_one_line_per_variant_at_the_seed_batch_sizes():
     assert list(train["torch-eager fp32"]["y"]) == pytest.approx([5e-4 * 32, 5e-4 * 128])
 
 
+def test_replicate_runs_fold_into_a_point_with_its_parity_and_flags():
+    """A point's runs (repeat=0,1,...) fold into one row: its parity "ok" where every run says ok or none has the
+    tag, else "failed" where one failed, else "unchecked"; a flag set where any run has it."""
+    cases = {2: (["ok", "ok"], "ok"), 8: ([None, None], "ok"), 32: (["ok", None], "unchecked"),
+             128: (["ok", "failed"], "failed"), 512: (["unchecked", "ok"], "unchecked")}
+    runs = pd.DataFrame([run("jax-jit", bs, ms, run_id=f"{bs}-{i}", **{"tags.parity": parity,
+                                                                    "tags.noisy": "true" if bs == 8 and i else "false"})
+                         for bs, (parities, _) in cases.items() for i, (parity, ms) in
+                         enumerate(zip(parities, (1.0, 3.0)))])
+    p = tables.points(tables.tidy(runs)).set_index("batch_size")
+    assert p["parity"].to_dict() == {bs: want for bs, (_, want) in cases.items()}
+    assert p["noisy"].to_dict() == {bs: bs == 8 for bs in cases} and not p["unstable"].any()
+    assert p["runs"].eq(2).all() and p["median_s"].eq(2e-3).all() and p["run_id"][2] == "2-0,2-1"
+
+
 def test_throughput_series_is_batch_over_time():
     t = tables.tidy(fake_runs())
     d = tables.series(t, "lenet", "inference", y="throughput_samples_per_s")["jax-jit fp32"]
