@@ -87,8 +87,8 @@ def points(t: pd.DataFrame) -> pd.DataFrame:
             how = {"paired_speedup": "median", "paired_speedup_ci95_low": "min", "paired_speedup_ci95_high": "max"}
             out[col] = g[col].agg(how.get(col, "first"))
     every, anyone = g[["_no_tag", "_ok"]].all(), g[["_failed", *FLAGS]].any()
-    out["parity"] = (every["_no_tag"] | every["_ok"]).map({True: "ok", False: "unchecked"}).mask(
-        ~(every["_no_tag"] | every["_ok"]) & anyone["_failed"], "failed")
+    ok = every["_no_tag"] | every["_ok"]
+    out["parity"] = ok.map({True: "ok", False: "unchecked"}).mask(~ok & anyone["_failed"], "failed")
     out[list(FLAGS)] = anyone[list(FLAGS)]  # a point is flagged when any of its runs is
     out = out.reset_index()
     out["variant"] = out.pop("label")
