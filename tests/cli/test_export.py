@@ -1,6 +1,5 @@
 """`nnbench export` on a real store (seed 000's sweep with bench=quick), and `nnbench sciml`, the line checker."""
 import io
-import subprocess
 import sys
 from pathlib import Path
 
@@ -8,7 +7,7 @@ import pytest
 
 from experiments import cli
 from experiments.common.lines import parse
-from tests.helpers import BRIEF, user_env, with_store
+from tests.helpers import BRIEF, nnbench, run, with_store
 
 # Every python_time(framework, model, operation, batch) the seed page calls, with the batch lists it loops over:
 # mlp_relu and mlp_gelu at `batch_sizes` / `train_batch_sizes`, JAX and PyTorch; mlp_batchnorm at `bn_batch_sizes` /
@@ -25,10 +24,6 @@ SEED_KEYS = [(fw, model, op, bs) for model, (fws, inference, training) in SEED_L
              for op, sizes in (("inference", inference), ("training", training)) for bs in sizes]
 # The page's python_metadata[...] lookups: the two devices after the setup, all four in its appendix.
 SEED_METADATA = ("JAX device", "PyTorch device", "JAX version", "PyTorch version")
-
-
-def python(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=user_env(), capture_output=True, timeout=900)
 
 
 GOOD = "TIMING\tJAX\tlenet\tinference\t32\t0.00123"
@@ -48,23 +43,23 @@ def seed_store(tmp_path_factory) -> Path:
     measured; without the parity processes, whose tag it does not read; into an empty store made already
     (test_sweep.py's README sweep makes its own)."""
     cwd = with_store(tmp_path_factory.mktemp("seed000"))
-    r = python("-m", "experiments.run", "-m", "experiment=seed000", *BRIEF, "bench.rounds=2", "parity=false", cwd=cwd)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    r = run(["-m", "experiment=seed000", *BRIEF, "bench.rounds=2", "parity=false"], cwd)
+    assert r.returncode == 0, r.stderr[-3000:]
     return cwd
 
 
 @pytest.fixture(scope="module")
-def export_stdout(seed_store) -> bytes:
-    r = python("-m", "experiments", "export", "--format", "timing", cwd=seed_store)
-    assert r.returncode == 0, r.stderr.decode()
-    assert r.stderr.decode().splitlines()[-1].startswith("nnbench export: ")
+def export_stdout(seed_store) -> str:
+    r = nnbench("export", ["--format", "timing"], seed_store)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[-1].startswith("nnbench export: ")
     return r.stdout
 
 
 @pytest.mark.slow
 def test_export_has_every_key_the_seed_page_reads(export_stdout):
     assert len(SEED_KEYS) == 67
-    p = parse(export_stdout.decode(), strict=True)  # the seed's own rules: any other line would stop it
+    p = parse(export_stdout, strict=True)  # the seed's own rules: any other line would stop it
     keys = {t.key for t in p.timings}
     assert [k for k in SEED_KEYS if k not in keys] == []
     assert all(p.time(*k) > 0 for k in SEED_KEYS)
@@ -80,21 +75,21 @@ def test_export_timing_is_the_stored_median(seed_store, export_stdout):
     runs = mlflow.search_runs(experiment_names=["nnbench"], filter_string=(
         "params.mode = 'torch-eager' and params.model = 'lenet' and params.batch_size = '32'"))
     (stored,) = runs["metrics.training_median_s"]
-    assert parse(export_stdout.decode()).time("PyTorch", "lenet", "training", 32) == stored
+    assert parse(export_stdout).time("PyTorch", "lenet", "training", 32) == stored
 
 
 @pytest.mark.slow
 def test_export_out_writes_the_same_bytes(seed_store, export_stdout, tmp_path):
-    r = python("-m", "experiments", "export", "--format", "timing", "--out", str(tmp_path / "t.tsv"), cwd=seed_store)
-    assert r.returncode == 0 and r.stdout == b""
-    assert (tmp_path / "t.tsv").read_bytes() == export_stdout
+    r = nnbench("export", ["--format", "timing", "--out", str(tmp_path / "t.tsv")], seed_store)
+    assert r.returncode == 0 and r.stdout == ""
+    assert (tmp_path / "t.tsv").read_bytes() == export_stdout.encode()
 
 
 @pytest.mark.slow
 def test_export_of_an_empty_selection_is_one_error_line(seed_store):
-    r = python("-m", "experiments", "export", "--format", "timing", "model=nosuchmodel", cwd=seed_store)
-    assert r.returncode == 2 and r.stdout == b""
-    (line,) = r.stderr.decode().splitlines()
+    r = nnbench("export", ["--format", "timing", "model=nosuchmodel"], seed_store)
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.splitlines()
     assert line.startswith("nnbench export: error: model=nosuchmodel matches no run in experiment 'nnbench'")
 
 
