@@ -3,6 +3,7 @@ a real MLflow server."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import socket
@@ -79,10 +80,41 @@ def gpu_visible(fw: str) -> bool:
         return False
 
 
+# Variables a test sets for a command that don't change what a probe of this interpreter answers: the stand-in
+# worker's, the store's, the installers' and CI's.
+UNPROBED = ("FAKE_", "MLFLOW_", "NNBENCH_", "UV_", "PIP_", "GITHUB_", "PATH", "HOME", "PYTHONPATH")
+
+
 def user_env(**extra: str) -> dict[str, str]:
-    """This environment as a user's shell would have it: no store configured, the suite importable."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return env | {"PYTHONPATH": str(ROOT)} | extra
+    """This environment as a user's shell would have it: no store configured, the suite importable; where it differs
+    from the session's only in UNPROBED, with what a door found probing this interpreter (`door_found`)."""
+    from experiments.sweep import preflight  # not at import: the stand-in worker imports this module, many times
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {"PYTHONPATH": str(ROOT)} | extra
+    changed = {k for k in env.keys() | forked.ENVIRON.keys() if env.get(k) != forked.ENVIRON.get(k)}
+    if all(k.startswith(UNPROBED) for k in changed):
+        env.setdefault(preflight.FOUND, door_found())
+    return env
+
+
+@functools.cache
+def door_found() -> str:
+    """What the door of a default sweep of each framework (fp32 on the CPU) finds probing this interpreter, asked
+    once per test process by the door's own code, as `preflight.FOUND`: the commands the suite starts get it, as the
+    sweep of `nnbench ab` gets its command's, and their doors don't import each framework again to ask. A door
+    that asks anything else (another interpreter, precision, device, allocator, ...) still probes."""
+    from hydra import compose, initialize_config_dir  # the door's own config and probe: once per test process
+
+    from experiments.harness import manager
+    from experiments.sweep import preflight
+
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        asks = [preflight.ask(preflight.job(preflight.typed(compose("config", [f"framework={fw}"]))))
+                for fw in ("jax", "torch")]
+    probes = {preflight.asked(a): fingerprint for a, (problem, fingerprint) in zip(asks, manager.probe(asks))
+              if problem is None}
+    return json.dumps({"probes": probes, "networks": {}})
 
 
 def run(args: list[str], cwd: Path, module: str = "experiments.run", fresh: bool = False,
