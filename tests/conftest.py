@@ -7,8 +7,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 # torch.compile compiles its kernels in this process, not in a pool of fresh interpreters it would start in every
-# process that compiles (each importing torch: seconds of CPU on a machine the suite keeps busy). Set before the
-# suite's processes start, so its sweeps' workers inherit it.
+# process that compiles (each importing torch: seconds of CPU on a machine the suite keeps busy). Set before
+# tests.forked records the session's environment, so the commands and workers the suite starts inherit it.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import models

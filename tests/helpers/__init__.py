@@ -99,7 +99,7 @@ def user_env(**extra: str) -> dict[str, str]:
 
 @functools.cache
 def door_found() -> str:
-    """What the door of a default sweep of each framework (fp32 on the CPU) finds probing this interpreter, asked
+    """What the door of a sweep of each framework at the config's defaults finds probing this interpreter, asked
     once per test process by the door's own code, as `preflight.FOUND`: the commands the suite starts get it, as the
     sweep of `nnbench ab` gets its command's, and their doors don't import each framework again to ask. A door
     that asks anything else (another interpreter, precision, device, allocator, ...) still probes."""
