@@ -10,6 +10,10 @@ from hydra import compose, initialize_config_dir
 # process that compiles (each importing torch: seconds of CPU on a machine the suite keeps busy). Set before
 # tests.forked records the session's environment, so the commands and workers the suite starts inherit it.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# torch's OpenMP threads sleep as they wait for work instead of spinning: the suite's processes always share the
+# cores, and a spinning thread burns the CPU another process's work waits for. What a test reads is a behaviour or a
+# ratio measured side by side, never a time a spinning pool would shorten.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import models
 from experiments.common.config import register

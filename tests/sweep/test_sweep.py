@@ -75,6 +75,8 @@ def test_readme_sweep_quick(readme_sweep):
     assert {p.read_text() for p in sweep_dir.glob("**/points/*/mlflow_run_id")} == set(df["run_id"])
     # no secrets: the environment record is an allow-list
     assert not any(c.startswith("tags.") and ("KEY" in c or "TOKEN" in c or "SECRET" in c) for c in df.columns)
+    # ...of what changes what is measured: OpenMP's wait policy, as the suite sets it (tests/conftest.py)
+    assert set(df["tags.env_OMP_WAIT_POLICY"]) == {os.environ["OMP_WAIT_POLICY"]}
 
 
 @pytest.mark.slow
