@@ -1,4 +1,5 @@
-"""`nnbench export` on a real store (seed 000's sweep with bench=quick), and `nnbench sciml`, the line checker."""
+"""`nnbench export` on a real store (seed 000's sweep, measured by the stand-in worker), and `nnbench sciml`, the
+line checker."""
 import io
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 
 from experiments import cli
 from experiments.common.lines import parse
-from tests.helpers import BRIEF, nnbench, run, with_store
+from tests.helpers import BRIEF, fake_interpreter, nnbench, run, with_store
 
 # Every python_time(framework, model, operation, batch) the seed page calls, with the batch lists it loops over:
 # mlp_relu and mlp_gelu at `batch_sizes` / `train_batch_sizes`, JAX and PyTorch; mlp_batchnorm at `bn_batch_sizes` /
@@ -38,12 +39,15 @@ def test_the_checker_exits_2_with_the_line(monkeypatch, capsys):
 
 @pytest.fixture(scope="module")
 def seed_store(tmp_path_factory) -> Path:
-    """`experiment=seed000` run once in a fresh directory on the brief budget (each model's cells paired, two rounds
-    of bursts a cell): the export reads which points were measured and their medians, not how well they were
-    measured; without the parity processes, whose tag it does not read; into an empty store made already
-    (test_sweep.py's README sweep makes its own)."""
+    """`experiment=seed000` run once in a fresh directory, measured by the stand-in worker (every sample of a point
+    batch_size * 0.1 ms, each framework's version 0.fake): the export reads which points were measured, their medians
+    and the runs' devices and versions, not how well they were measured; without the parity processes, whose tag it
+    does not read; into an empty store made already (test_sweep.py's README sweep makes its own, with the real
+    workers)."""
     cwd = with_store(tmp_path_factory.mktemp("seed000"))
-    r = run(["-m", "experiment=seed000", *BRIEF, "bench.rounds=2", "parity=false"], cwd)
+    stand_in = fake_interpreter(tmp_path_factory.mktemp("python"))
+    r = run(["-m", "experiment=seed000", *BRIEF, f"runtime.python={stand_in}", "parity=false"], cwd,
+            FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
     assert r.returncode == 0, r.stderr[-3000:]
     return cwd
 
@@ -65,6 +69,7 @@ def test_export_has_every_key_the_seed_page_reads(export_stdout):
     assert all(p.time(*k) > 0 for k in SEED_KEYS)
     assert [k for k in SEED_METADATA if k not in p.metadata] == []
     assert p.metadata["JAX device"] == p.metadata["PyTorch device"] == "cpu"
+    assert p.metadata["JAX version"] == p.metadata["PyTorch version"] == "0.fake"  # the workers', not this process's
 
 
 @pytest.mark.slow
@@ -75,6 +80,7 @@ def test_export_timing_is_the_stored_median(seed_store, export_stdout):
     runs = mlflow.search_runs(experiment_names=["nnbench"], filter_string=(
         "params.mode = 'torch-eager' and params.model = 'lenet' and params.batch_size = '32'"))
     (stored,) = runs["metrics.training_median_s"]
+    assert stored == pytest.approx(32e-4)  # the stand-in's, for batch size 32
     assert parse(export_stdout).time("PyTorch", "lenet", "training", 32) == stored
 
 
@@ -91,11 +97,3 @@ def test_export_of_an_empty_selection_is_one_error_line(seed_store):
     assert r.returncode == 2 and r.stdout == ""
     (line,) = r.stderr.splitlines()
     assert line.startswith("nnbench export: error: model=nosuchmodel matches no run in experiment 'nnbench'")
-
-
-@pytest.mark.slow
-def test_the_seed_sweeps_groups_fork_from_one_server_per_framework(seed_store):
-    """Its five groups (a model each, jax beside torch) are measured one after another by the sweep's process, which
-    keeps the first group's fork servers for the others: each framework is imported once, not once per group."""
-    logs = sorted(p.relative_to(seed_store) for p in seed_store.glob("multirun/*/*/*/trials/server-*.log"))
-    assert len(logs) == 2 and logs[0].parent == logs[1].parent, logs

@@ -37,6 +37,7 @@ if "--probe" in args:
     sys.exit(0)
 request, results = Request.from_json(Path(args[2]).read_text()), Path(args[3])
 fault = os.environ["FAKE_FAULT"]
+VERSIONS = {f"{request.framework}_version": "0.fake"}  # what a real worker reports: its own framework's version
 if "FAKE_BREAK_STORE" in os.environ:
     Path(os.environ["FAKE_BREAK_STORE"]).write_bytes(b"not a database" * 100)
 
@@ -87,8 +88,7 @@ if request.profile_dir:
     if os.environ.get("FAKE_PROFILE_FAULT") == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
     for p in request.points:
-        line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: profiled(p.batch_size, op)
-                                                                             for op in p.ops})
+        line = PointResult(p.batch_size, "cpu", VERSIONS, {op: profiled(p.batch_size, op) for op in p.ops})
         with open(results, "a") as f:
             f.write(line.to_json() + "\n")
     sys.exit(0)
@@ -118,7 +118,7 @@ def serve_paired() -> None:
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
-        sock.sendall(Ready({"torch_version": "0.fake"}, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode()
+        sock.sendall(Ready(VERSIONS, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode()
                      + b"\n")
         prepared, batch = 0, 1
         for line in sock.makefile("rb"):
@@ -150,8 +150,7 @@ for i, p in enumerate(request.points[:len(request.points) if fault == "none" els
         fill_disk(Path(os.environ["FAKE_FILL_DISK"]))
     time.sleep(600 if str(i) == os.environ.get("FAKE_LONG_POINT") else float(os.environ.get("FAKE_DELAY_S", "0")))
     median = p.batch_size * 1e-4 if os.environ.get("FAKE_MEDIAN_PER_BATCH") else 0.001
-    line = PointResult(p.batch_size, "cpu", {"torch_version": "0.fake"}, {op: ok_op(median, p.batch_size)
-                                                                             for op in p.ops})
+    line = PointResult(p.batch_size, "cpu", VERSIONS, {op: ok_op(median, p.batch_size) for op in p.ops})
     with open(results, "a") as f:
         f.write(line.to_json() + "\n")
 if fault == "none":

@@ -68,6 +68,9 @@ def test_sigterm_then_resume(tmp_path):
     assert proc.returncode == 143, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("nnbench: interrupted by SIGTERM: 1 finished, 0 skipped, 0 failed, "
                                                    "1 interrupted, 1 not measured")
+    # the second group forked its workers from the first group's server, which the sweep's process kept for it:
+    # torch imported once per sweep, not once per group
+    assert [p.parent.parent.name for p in tmp_path.glob("multirun/*/*/*/trials/server-*.log")] == ["0"]
     assert check_resumed(tmp_path, cut_short(tmp_path)) == (1, 2)
 
 
