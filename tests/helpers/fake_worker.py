@@ -118,8 +118,7 @@ def serve_paired() -> None:
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
-        sock.sendall(Ready(VERSIONS, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode()
-                     + b"\n")
+        sock.sendall(Ready(VERSIONS, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode() + b"\n")
         prepared, batch = 0, 1
         for line in sock.makefile("rb"):
             command = Command.from_json(line)
