@@ -16,10 +16,10 @@ from pathlib import Path
 
 import models
 from experiments.common.config import Config, bench_budget, register
-from experiments.common.protocol import Budget, Measurement, OpResult
-from experiments.measure.stats import summarize
+from experiments.common.protocol import Budget
 from tests import forked
 from tests.forked import ROOT
+from tests.synthetic import ok_op  # noqa: F401 (the tests take it from here)
 
 # Sizes a test can afford; the transformers keep width 64, where XLA's elementwise count (exact GELU's erf
 # polynomial, the softmax) stays within 20% of the matmuls' (tests/measure/test_flops.py).
@@ -61,12 +61,6 @@ def config(*overrides: str) -> Config:
 def budget(bench: str = "default", **overrides) -> Budget:
     """A bench config's budget, as the config group sets it, with `overrides`."""
     return replace(bench_budget(bench), **overrides)
-
-
-def ok_op(median: float, batch: int, samples: list[float] | None = None) -> OpResult:
-    """A measured op with known samples (default: six at `median`), as the worker reports it."""
-    m = Measurement(samples or [median] * 6, block=1, first_call_s=0.01, stop_reason="ci", elapsed_s=0.1)
-    return OpResult("ok", device="cpu", measurement=m, stats=summarize([m], batch), calls_per_block=m.block)
 
 
 def gpu_visible(fw: str) -> bool:
