@@ -206,6 +206,15 @@ def test_a_lone_side_is_never_stopped(tmp_path, watched, lent):
     assert [w.family for w in watched.live] == [[]] and not loud(watched)  # stop() was never called
 
 
+def test_a_cell_whose_blocks_outlast_its_bursts_ends_after_fewer_rounds(tmp_path, watched, lent):
+    """Bursts of 0.1 ms, where a block of calls lasts at least 1 ms (bench=quick's min_block_s): the first round
+    shows it, and the cell ends after MIN_ROUNDS of the rounds asked (rounds_for), every burst kept."""
+    design = pairs.Design(burst_s=1e-4, rounds=4 * pairs.MIN_ROUNDS, trials=1, max_trials=1)
+    (c,) = pairs.Session([side(tmp_path, "A")], [CELL], design, tmp_path).run()
+    (t,) = c.trials
+    assert t.turns[0].ok and t.order == "A" * pairs.MIN_ROUNDS and len(t.turns[0].bursts) == pairs.MIN_ROUNDS
+
+
 def test_a_cell_whose_calls_outlast_a_burst_takes_fewer_rounds_of_the_same_samples():
     def burst(wall_s):
         return Burst([wall_s], {"wall_s": wall_s})
