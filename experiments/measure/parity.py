@@ -4,7 +4,8 @@ loss and every mapped parameter's gradient are compared at fp32 on the CPU (a mo
 canonical weights, as tests/measure/test_parity.py does). With its FLOPs counted by one framework for both
 (`counted`), it is `python -m experiments.measure.parity [--flops-only] MODEL_JSON [OP:BATCH ...]`: it imports and
 configures both frameworks, so it runs in a process of its own, never in a measuring worker. With --flops-only
-(parity=false) it only counts: the frameworks are neither configured nor run to compare them.
+(parity=false) it only counts: the frameworks are neither configured nor run to compare them, and a network is
+loaded as a worker loads it, only the counting framework's side built.
 
 Eval mode, because there both frameworks are deterministic: dropout is off and BatchNorm reads its running
 statistics. No framework can match another's dropout stream, so train-mode randomness is not compared.
@@ -174,7 +175,7 @@ def main(argv: list[str]) -> int:
     one Proof."""
     flops_only = argv[:1] == ["--flops-only"]
     model, *asked = argv[flops_only:]
-    spec = models.load(**json.loads(model))
+    spec = (models.declared if flops_only else models.load)(**json.loads(model))
     points = [(op, int(b)) for op, _, b in (a.partition(":") for a in asked)]
     print(prove(spec, points, parity=not flops_only).to_json())
     return 0

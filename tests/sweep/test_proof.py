@@ -57,6 +57,7 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
 def test_a_flops_only_process_counts_without_comparing(nets, monkeypatch, capsys):
     """parity=false: the network's FLOPs are still counted (one framework for both), the frameworks not compared."""
     monkeypatch.setattr(parity, "check", lambda *a, **k: pytest.fail("compared the frameworks"))
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("checked both sides again: the door did"))
     assert parity.main(["--flops-only", json.dumps({"name": "file", "path": str(nets / "mlp.py")}), "inference:2"]) == 0
     got = parity.Proof.from_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert got.parity == parity.NOT_ASKED and got.parity.status == "unchecked"

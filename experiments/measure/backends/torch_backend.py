@@ -125,9 +125,9 @@ class Backend:
         validate_op(spec, op)
         validate_side(spec, "torch")
         s = self.setup
-        graphs = torch._dynamo.utils.counters["stats"]
-        compiled_before = graphs["unique_graphs"]
-        if s.compile:
+        if s.compile:  # torch.compile's front end, imported only where it compiles (a second of CPU)
+            graphs = torch._dynamo.utils.counters["stats"]
+            compiled_before = graphs["unique_graphs"]
             torch._dynamo.reset()  # a fresh compile per batch size: no recompile limit, no dynamic shapes
             program = generated_code()
         mode = None if s.compile_mode == "default" else s.compile_mode
