@@ -1,6 +1,7 @@
 """The suite's commands run forked from a process that imported their libraries (tests/forked.py): each gives what a
 fresh `python -m` gives."""
 import json
+import os
 
 import pytest
 
@@ -29,3 +30,21 @@ def test_a_forked_command_searches_a_fresh_path_and_imports_nnbench_itself(tmp_p
         json.loads(run([], tmp_path, module="probe", fresh=f).stdout) for f in (False, False, True))
     assert path == path_again == fresh
     assert tag != tag_again
+
+
+def test_a_command_a_test_starts_gets_what_the_door_found_unless_its_environment_differs(monkeypatch):
+    """Inside a test (pytest sets PYTEST_CURRENT_TEST in each), after this process's libraries set what they set as
+    they run, a command gets what a door found probing this interpreter; one whose environment changes what a probe
+    reads (here: the GPUs it sees) is passed nothing."""
+    from experiments.sweep import preflight
+    from tests import helpers
+
+    monkeypatch.setattr(helpers, "door_found", lambda: "found")  # not the probes themselves: a second of CPU each
+    libraries_set = {"TF_CPP_MIN_LOG_LEVEL": "1", "TPU_SKIP_MDS_QUERY": "1", "GIT_PYTHON_REFRESH": "quiet",
+                     "_MLFLOW_TELEMETRY_SESSION_ID": "0f1e", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x"}
+    for name, value in libraries_set.items():
+        monkeypatch.setenv(name, value)  # as jax, mlflow and torch's compiler set them in the suite's processes
+    assert os.environ.get("PYTEST_CURRENT_TEST")
+    assert helpers.user_env(MLFLOW_TRACKING_URI="sqlite:///x.db").get(preflight.FOUND) == "found"
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "") + "9"
+    assert preflight.FOUND not in helpers.user_env(CUDA_VISIBLE_DEVICES=gpus)

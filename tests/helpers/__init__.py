@@ -74,9 +74,15 @@ def gpu_visible(fw: str) -> bool:
         return False
 
 
+# Variables the libraries a test process runs set in its environment as they run, which a command's own libraries
+# set alike: jax's at import, mlflow's (its telemetry session, GitPython's quiet refresh), torch's compiler's cache
+# dir (a probe compiles nothing; a sweep gives its workers their own).
+LIBRARIES_SET = ("TF_CPP_MIN_LOG_LEVEL", "TPU_SKIP_MDS_QUERY", "_MLFLOW_", "GIT_PYTHON_REFRESH",
+                 "TORCHINDUCTOR_CACHE_DIR")
 # Variables a test sets for a command that don't change what a probe of this interpreter answers: the stand-in
-# worker's, the store's, the installers' and CI's.
-UNPROBED = ("FAKE_", "MLFLOW_", "NNBENCH_", "UV_", "PIP_", "GITHUB_", "PATH", "HOME", "PYTHONPATH")
+# worker's, the store's, the installers' and CI's, and pytest's own (PYTEST_CURRENT_TEST: set in every test).
+UNPROBED = ("FAKE_", "MLFLOW_", "NNBENCH_", "UV_", "PIP_", "GITHUB_", "PATH", "HOME", "PYTHONPATH", "PYTEST_",
+            *LIBRARIES_SET)
 
 
 def user_env(**extra: str) -> dict[str, str]:
@@ -106,8 +112,15 @@ def door_found() -> str:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         asks = [preflight.ask(preflight.job(preflight.typed(compose("config", [f"framework={fw}"]))))
                 for fw in ("jax", "torch")]
-    probes = {preflight.asked(a): fingerprint for a, (problem, fingerprint) in zip(asks, manager.probe(asks))
-              if problem is None}
+    test_environ = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(forked.ENVIRON)  # the session's, not what the asking test set: every later test reads it
+    try:
+        answers = manager.probe(asks)
+    finally:
+        os.environ.clear()
+        os.environ.update(test_environ)
+    probes = {preflight.asked(a): fingerprint for a, (problem, fingerprint) in zip(asks, answers) if problem is None}
     return json.dumps({"probes": probes, "networks": {}})
 
 
@@ -119,13 +132,19 @@ def run(args: list[str], cwd: Path, module: str = "experiments.run", fresh: bool
 
     The command runs in a process forked from one that imported its modules already (`forked`), or in a fresh
     interpreter where `fresh` is set or its environment changes what Python reads as it starts."""
-    if module == "experiments.run" and not any(a.startswith(("parity=", "--")) for a in args):
-        args = [*args, "parity=false"]
+    if module == "experiments.run":
+        args = unchecked(args)
     env = user_env(**extra_env)
     if not fresh and forked.starts_alike(env):
         return forked.run(module, args, cwd, env, timeout=600)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
+
+
+def unchecked(args: list[str]) -> list[str]:
+    """A sweep's arguments with `parity=false` added unless `parity=` is given or Hydra's own flags are, which take no
+    override after them (--cfg, --resolve, --config-name)."""
+    return args if any(a.startswith(("parity=", "--")) for a in args) else [*args, "parity=false"]
 
 
 def nnbench(command: str, args: list[str], cwd: Path, **extra_env: str) -> subprocess.CompletedProcess:

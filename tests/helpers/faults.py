@@ -16,12 +16,14 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers import unavailable, user_env
+from tests.helpers import unavailable, unchecked, user_env
 
 
 def launch(args: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m experiments.run ARGS` in its own process group, as a shell starts a command."""
-    return subprocess.Popen([sys.executable, "-m", "experiments.run", *args], cwd=cwd, env=user_env(**extra_env),
+    """`python -m experiments.run ARGS` in its own process group, as a shell starts a command; as `run`, without its
+    parity process unless `parity=` is given."""
+    return subprocess.Popen([sys.executable, "-m", "experiments.run", *unchecked(args)], cwd=cwd,
+                            env=user_env(**extra_env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
