@@ -37,9 +37,13 @@ def test_a_command_a_test_starts_gets_what_the_door_found_unless_its_environment
     they run, a command gets what a door found probing this interpreter; one whose environment changes what a probe
     reads (here: the GPUs it sees) is passed nothing."""
     from experiments.sweep import preflight
-    from tests import helpers
+    from tests import forked, helpers
 
     monkeypatch.setattr(helpers, "door_found", lambda: "found")  # not the probes themselves: a second of CPU each
+    for name in set(os.environ) - set(forked.ENVIRON) - {"PYTEST_CURRENT_TEST"}:
+        monkeypatch.delenv(name)  # the session's environment, not what earlier tests of this process left
+    for name, value in forked.ENVIRON.items():
+        monkeypatch.setenv(name, value)
     libraries_set = {"TF_CPP_MIN_LOG_LEVEL": "1", "TPU_SKIP_MDS_QUERY": "1", "GIT_PYTHON_REFRESH": "quiet",
                      "_MLFLOW_TELEMETRY_SESSION_ID": "0f1e", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x"}
     for name, value in libraries_set.items():
