@@ -15,6 +15,7 @@ reads at start (`starts_alike`). This module imports nothing of the suite's: the
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing
 import multiprocessing.forkserver
@@ -40,17 +41,28 @@ def context():
     environment and a fresh interpreter's path."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
-    path, environ = sys.path[:], dict(os.environ)
+    path = sys.path[:]
     try:
         sys.path[:] = [str(ROOT), *site_path()]  # the child imports this module from ROOT
-        os.environ.clear()
-        os.environ.update(ENVIRON)
-        multiprocessing.forkserver.ensure_running()
+        with session_environ():
+            multiprocessing.forkserver.ensure_running()
     finally:
         sys.path[:] = path
+    return ctx
+
+
+@contextlib.contextmanager
+def session_environ():
+    """This process's environment as the session started, until the block ends: for what is started or asked once
+    and kept for every later test, whatever the test that asks first has set."""
+    environ = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(ENVIRON)
+    try:
+        yield
+    finally:
         os.environ.clear()
         os.environ.update(environ)
-    return ctx
 
 
 @functools.cache

@@ -40,15 +40,11 @@ def test_a_command_a_test_starts_gets_what_the_door_found_unless_its_environment
     from tests import forked, helpers
 
     monkeypatch.setattr(helpers, "door_found", lambda: "found")  # not the probes themselves: a second of CPU each
-    for name in set(os.environ) - set(forked.ENVIRON) - {"PYTEST_CURRENT_TEST"}:
-        monkeypatch.delenv(name)  # the session's environment, not what earlier tests of this process left
-    for name, value in forked.ENVIRON.items():
-        monkeypatch.setenv(name, value)
+    test = os.environ["PYTEST_CURRENT_TEST"]
     libraries_set = {"TF_CPP_MIN_LOG_LEVEL": "1", "TPU_SKIP_MDS_QUERY": "1", "GIT_PYTHON_REFRESH": "quiet",
                      "_MLFLOW_TELEMETRY_SESSION_ID": "0f1e", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x"}
-    for name, value in libraries_set.items():
-        monkeypatch.setenv(name, value)  # as jax, mlflow and torch's compiler set them in the suite's processes
-    assert os.environ.get("PYTEST_CURRENT_TEST")
-    assert helpers.user_env(MLFLOW_TRACKING_URI="sqlite:///x.db").get(preflight.FOUND) == "found"
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "") + "9"
-    assert preflight.FOUND not in helpers.user_env(CUDA_VISIBLE_DEVICES=gpus)
+    with forked.session_environ():  # not what earlier tests of this process left
+        os.environ.update(libraries_set, PYTEST_CURRENT_TEST=test)  # as jax, mlflow and torch's compiler, and pytest
+        assert helpers.user_env(MLFLOW_TRACKING_URI="sqlite:///x.db").get(preflight.FOUND) == "found"
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "") + "9"
+        assert preflight.FOUND not in helpers.user_env(CUDA_VISIBLE_DEVICES=gpus)

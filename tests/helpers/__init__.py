@@ -112,14 +112,8 @@ def door_found() -> str:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         asks = [preflight.ask(preflight.job(preflight.typed(compose("config", [f"framework={fw}"]))))
                 for fw in ("jax", "torch")]
-    test_environ = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(forked.ENVIRON)  # the session's, not what the asking test set: every later test reads it
-    try:
+    with forked.session_environ():  # every later test reads the answers
         answers = manager.probe(asks)
-    finally:
-        os.environ.clear()
-        os.environ.update(test_environ)
     probes = {preflight.asked(a): fingerprint for a, (problem, fingerprint) in zip(asks, answers) if problem is None}
     return json.dumps({"probes": probes, "networks": {}})
 
