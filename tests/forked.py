@@ -9,8 +9,10 @@ shared, by multiprocessing's fork server (one per test process, started at its f
 the session started with), which starts no thread, so a fork copies no lock held by another thread. The child
 imports nnbench's own modules itself (they draw values at import, such as the sweep directories' unique tag), from
 the path a fresh interpreter searches: a test may have added an environment's site-packages to this process's.
-`tests.helpers.run` runs a fresh interpreter instead where the command's environment changes what Python itself
-reads at start (`starts_alike`). This module imports nothing of the suite's: the child imports it to run `command`.
+The sweep such a command starts as its child (`experiments.common.child.run_to_end`) is forked from the same server
+in turn, in a session of its own (`Sweep`). `tests.helpers.run` runs a fresh interpreter instead where the command's
+environment changes what Python itself reads at start (`starts_alike`). This module imports nothing of the suite's:
+the child imports it to run `command`.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 from pathlib import Path
 
 # The libraries a sweep's parent and the nnbench commands import between them; the workers' frameworks stay out.
@@ -81,25 +84,87 @@ def starts_alike(env: dict[str, str]) -> bool:
     the libraries the server imported already."""
     return all(env.get(k) == os.environ.get(k) for k in {*env, *os.environ}
                if k.startswith("PYTHON") and k not in ("PYTHON", "PYTHONPATH")) \
-        and env.get("PYTHONPATH") in (str(ROOT), os.environ.get("PYTHONPATH"))
+        and set(entries(env)) <= {str(ROOT), *entries(os.environ)}
+
+
+def entries(env) -> list[str]:
+    return list(filter(None, env.get("PYTHONPATH", "").split(os.pathsep)))
 
 
 def command(module: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str,
-            site: list[str]) -> None:
-    """In the forked child: become `python -m MODULE ARGS` in `cwd` with `env`, its output to `out` and `err`."""
+            site: list[str], session: bool = False) -> None:
+    """In the forked child: become `python -m MODULE ARGS` in `cwd` with `env`, its output appended to `out` and
+    `err` (`session`: in a session of its own, as `start_new_session` starts a child)."""
+    if session:
+        os.setsid()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    for fd, path in ((1, out), (2, err)):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    for fd, path in ((1, out), (2, err)):  # appended: a sweep the command starts writes to the same files
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), fd)
     # as `python -m` searches: the working directory, PYTHONPATH, then the standard library and site-packages
     sys.path[:] = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *site]
     sys.argv = ["-m", *args]  # runpy sets argv[0] to the module's file
+    sweeps_forked(out, err, site)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:  # what the interpreter does at exit, in its order; multiprocessing skips atexit
         threading._shutdown()
         atexit._run_exitfuncs()
+
+
+def sweeps_forked(out: str, err: str, site: list[str]) -> None:
+    """In a forked command: the sweep it starts as a child (`experiments.common.child.run_to_end`: `nnbench ab`,
+    `versions`, `bisect`, `ci`, ...) is forked from the same server, as the command was, where a fresh interpreter
+    would start alike; any other child it starts is a fresh process, as before."""
+    from experiments.common import child  # the command's own module, imported in this child as it would be
+
+    class Subprocess(types.SimpleNamespace):
+        @staticmethod
+        def Popen(argv, **popen):  # noqa: N802 (subprocess's name)
+            forkable = list(argv[:3]) == [sys.executable, "-m", "experiments.run"] and set(popen) <= {
+                "env", "stdout", "cwd", "start_new_session"} and popen.get("stdout") in (None, sys.stderr)
+            if not forkable or not starts_alike(popen.get("env", os.environ)):
+                return subprocess.Popen(argv, **popen)
+            return Sweep(argv, popen.get("env", dict(os.environ)), popen.get("cwd") or os.getcwd(),
+                         err if popen.get("stdout") is sys.stderr else out, err, site)
+
+    child.subprocess = Subprocess(**{k: getattr(subprocess, k) for k in ("CompletedProcess", "TimeoutExpired")})
+    # this child's server is the one that forked it: it asks that server, not a new one
+    multiprocessing.forkserver._forkserver.ensure_running = lambda: None
+
+
+class Sweep:
+    """What `run_to_end` reads of a `subprocess.Popen` (pid, communicate, send_signal, returncode), for a sweep
+    forked from the server in a session of its own, as its `start_new_session` asks."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, site: list[str]):
+        self.args, self.returncode = argv, None
+        self.process = multiprocessing.get_context("forkserver").Process(
+            target=command, args=(argv[2], argv[3:], str(cwd), dict(env), out, err, site, True))
+        main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+        try:  # the child runs its own module as __main__: multiprocessing would import this one's there first
+            self.process.start()
+        finally:
+            sys.modules["__main__"] = main
+        self.pid = self.process.pid
+
+    def communicate(self, timeout: float | None = None) -> tuple[None, None]:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode = self.process.exitcode
+        return None, None
+
+    def send_signal(self, signum: int) -> None:
+        if self.process.exitcode is None:
+            os.kill(self.pid, signum)
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.communicate()
 
 
 def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -133,6 +134,16 @@ def run(args: list[str], cwd: Path, module: str = "experiments.run", fresh: bool
         return forked.run(module, args, cwd, env, timeout=600)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
+
+
+def run_at_once(argss: list[list[str]], cwd: Path, **extra_env: str) -> list[subprocess.CompletedProcess]:
+    """`run(args, cwd)` for each of `argss`, all started at once (a thread each), as commands typed in several
+    terminals. What this process sets up for its first command (the door's answers, the fork server) is done first,
+    here: it swaps this process's environment for a moment, which no thread may read meanwhile."""
+    if forked.starts_alike(user_env(**extra_env)):
+        forked.context()
+    with ThreadPoolExecutor(len(argss)) as pool:
+        return list(pool.map(lambda args: run(args, cwd, **extra_env), argss))
 
 
 def unchecked(args: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from experiments.store import tracking
-from tests.helpers import free_port, nnbench, run, runs, serve, user_env, with_store
+from tests.helpers import free_port, nnbench, run, run_at_once, runs, serve, user_env, with_store
 from tests.helpers.faults import KillingProxy, launch, processes_under, remount_readonly, small_disk, wait_for
 
 
@@ -249,13 +249,12 @@ def test_read_only_store_is_rejected_before_anything_runs(tmp_path, fake_python)
 @pytest.mark.slow
 def test_concurrent_sweeps_into_a_new_store_lose_and_cross_nothing(tmp_path, fake_python):
     """Four sweeps started at once in one folder: one store created once, four sweep dirs, each run its own."""
-    procs = [launch(["-m", "framework=torch", "model=mlp_relu", f"batch_size={i}1,{i}2", "ops=[inference]",
-                     "bench=quick", f"runtime.python={fake_python}"], tmp_path, FAKE_FAULT="none",
-                    FAKE_MEDIAN_PER_BATCH="1") for i in range(1, 5)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-        assert out.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
+    done = run_at_once([["-m", "framework=torch", "model=mlp_relu", f"batch_size={i}1,{i}2", "ops=[inference]",
+                         "bench=quick", f"runtime.python={fake_python}"] for i in range(1, 5)], tmp_path,
+                       FAKE_FAULT="none", FAKE_MEDIAN_PER_BATCH="1")
+    for r in done:
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == "2 finished, 0 skipped, 0 failed"
     assert len(list(tmp_path.glob("multirun/*/*/nnbench-sweep.json"))) == 4
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     sizes = [10 * i + j for i in range(1, 5) for j in (1, 2)]
