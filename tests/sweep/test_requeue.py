@@ -83,10 +83,15 @@ def job_log(sweep: str, job: int) -> str:
 
 
 def accounted(task: str) -> list[str]:
-    """Each run of the array task as SLURM accounted it (-D: a requeued job's earlier runs too)."""
-    out = subprocess.run(["sacct", "-n", "-X", "-D", "-P", "-o", "State", "-j", task], capture_output=True,
-                         text=True).stdout
-    return out.split()
+    """Each run of the array task as SLURM accounted it (-D: a requeued job's earlier runs too), once its last run's
+    end is accounted: that may come a moment after the sweep that waited for the job has ended."""
+    for _ in range(30):
+        out = subprocess.run(["sacct", "-n", "-X", "-D", "-P", "-o", "State", "-j", task], capture_output=True,
+                             text=True).stdout.split()
+        if out and out[-1] not in ("RUNNING", "PENDING", "COMPLETING"):
+            break
+        time.sleep(1)
+    return out
 
 
 @pytest.fixture(scope="module")
