@@ -10,7 +10,7 @@ the session started with), which starts no thread, so a fork copies no lock held
 imports nnbench's own modules itself (they draw values at import, such as the sweep directories' unique tag), from
 the path a fresh interpreter searches: a test may have added an environment's site-packages to this process's.
 The sweep such a command starts as its child (`experiments.common.child.run_to_end`) is forked from the same server
-in turn, in a session of its own (`Sweep`). `tests.helpers.run` runs a fresh interpreter instead where the command's
+in turn, in a session of its own (`Started`, as is a sweep `tests.helpers.faults.launch` starts). `tests.helpers.run` runs a fresh interpreter instead where the command's
 environment changes what Python itself reads at start (`starts_alike`). This module imports nothing of the suite's:
 the child imports it to run `command`.
 """
@@ -27,7 +27,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 # The libraries a sweep's parent and the nnbench commands import between them; the workers' frameworks stay out.
@@ -91,21 +93,22 @@ def entries(env) -> list[str]:
     return list(filter(None, env.get("PYTHONPATH", "").split(os.pathsep)))
 
 
-def command(module: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str,
-            site: list[str], session: bool = False) -> None:
-    """In the forked child: become `python -m MODULE ARGS` in `cwd` with `env`, its output appended to `out` and
-    `err` (`session`: in a session of its own, as `start_new_session` starts a child)."""
+def command(module: str, args: list[str], cwd: str, env: dict[str, str], out, err, site: list[str],
+            session: bool = False) -> None:
+    """In the forked child: become `python -m MODULE ARGS` in `cwd` with `env`, its output to `out` and `err` (a
+    file's path, or a `Connection` holding the descriptor it inherits), in a session of its own where `session` (as
+    `start_new_session` starts a child)."""
     if session:
         os.setsid()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    for fd, path in ((1, out), (2, err)):  # appended: a sweep the command starts writes to the same files
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), fd)
+    for fd, to in ((1, out), (2, err)):
+        os.dup2(os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if isinstance(to, str) else to.fileno(), fd)
     # as `python -m` searches: the working directory, PYTHONPATH, then the standard library and site-packages
     sys.path[:] = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *site]
     sys.argv = ["-m", *args]  # runpy sets argv[0] to the module's file
-    sweeps_forked(out, err, site)
+    sweeps_forked(site)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:  # what the interpreter does at exit, in its order; multiprocessing skips atexit
@@ -113,7 +116,7 @@ def command(module: str, args: list[str], cwd: str, env: dict[str, str], out: st
         atexit._run_exitfuncs()
 
 
-def sweeps_forked(out: str, err: str, site: list[str]) -> None:
+def sweeps_forked(site: list[str]) -> None:
     """In a forked command: the sweep it starts as a child (`experiments.common.child.run_to_end`: `nnbench ab`,
     `versions`, `bisect`, `ci`, ...) is forked from the same server, as the command was, where a fresh interpreter
     would start alike; any other child it starts is a fresh process, as before."""
@@ -122,49 +125,78 @@ def sweeps_forked(out: str, err: str, site: list[str]) -> None:
     class Subprocess(types.SimpleNamespace):
         @staticmethod
         def Popen(argv, **popen):  # noqa: N802 (subprocess's name)
-            forkable = list(argv[:3]) == [sys.executable, "-m", "experiments.run"] and set(popen) <= {
-                "env", "stdout", "cwd", "start_new_session"} and popen.get("stdout") in (None, sys.stderr)
-            if not forkable or not starts_alike(popen.get("env", os.environ)):
+            if list(argv[:3]) != [sys.executable, "-m", "experiments.run"] or not set(popen) <= {
+                    "env", "stdout", "cwd", "start_new_session"} or not starts_alike(popen.get("env", os.environ)):
                 return subprocess.Popen(argv, **popen)
-            return Sweep(argv, popen.get("env", dict(os.environ)), popen.get("cwd") or os.getcwd(),
-                         err if popen.get("stdout") is sys.stderr else out, err, site)
+            return Started(argv[2], argv[3:], popen.get("cwd") or os.getcwd(), popen.get("env", os.environ),
+                           popen.get("stdout"), site=site, server=multiprocessing.get_context("forkserver"))
 
     child.subprocess = Subprocess(**{k: getattr(subprocess, k) for k in ("CompletedProcess", "TimeoutExpired")})
     # this child's server is the one that forked it: it asks that server, not a new one
     multiprocessing.forkserver._forkserver.ensure_running = lambda: None
 
 
-class Sweep:
-    """What `run_to_end` reads of a `subprocess.Popen` (pid, communicate, send_signal, returncode), for a sweep
-    forked from the server in a session of its own, as its `start_new_session` asks."""
+class Started:
+    """`python -m MODULE ARGS` forked from the server, in a session of its own: what the suite and `run_to_end` read
+    of a `subprocess.Popen(..., start_new_session=True, text=True)` (pid, poll, wait, communicate, send_signal,
+    returncode; `stdout` and `stderr` text pipes where PIPE is asked, else this process's or the file given)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, site: list[str]):
-        self.args, self.returncode = argv, None
-        self.process = multiprocessing.get_context("forkserver").Process(
-            target=command, args=(argv[2], argv[3:], str(cwd), dict(env), out, err, site, True))
+    def __init__(self, module: str, args: list[str], cwd, env: dict[str, str], stdout=None, stderr=None,
+                 site: list[str] | None = None, server=None):
+        self.args, self.returncode, self.pipes, self.reads = [sys.executable, "-m", module, *args], None, {}, None
+        ends = []
+        for fd, to in ((1, stdout), (2, stderr)):
+            if to == subprocess.PIPE:
+                read, write = os.pipe()
+                self.pipes[fd] = open(read, errors="replace")
+            else:
+                write = os.dup(fd if to is None else to.fileno())
+            ends.append(Connection(write))
+        self.stdout, self.stderr = self.pipes.get(1), self.pipes.get(2)
+        self.process = (server or context()).Process(  # in a forked child: the server that forked it
+            target=command, args=(module, args, str(cwd), dict(env), *ends, site or site_path(), True))
         main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
         try:  # the child runs its own module as __main__: multiprocessing would import this one's there first
             self.process.start()
         finally:
             sys.modules["__main__"] = main
+            for end in ends:  # the child holds them now: a pipe ends when the child's copies close
+                end.close()
         self.pid = self.process.pid
 
-    def communicate(self, timeout: float | None = None) -> tuple[None, None]:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
+    def poll(self) -> int | None:
         self.returncode = self.process.exitcode
-        return None, None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        if self.reads is None:  # read to the end, each pipe in a thread of its own, as Popen does
+            self.reads = {}
+            for fd, pipe in self.pipes.items():
+                threading.Thread(target=lambda fd=fd, pipe=pipe: self.reads.setdefault(fd, pipe.read()),
+                                 daemon=True).start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self.reads) < len(self.pipes):
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self.reads.get(1), self.reads.get(2)
 
     def send_signal(self, signum: int) -> None:
-        if self.process.exitcode is None:
+        if self.poll() is None:
             os.kill(self.pid, signum)
 
-    def __enter__(self) -> Sweep:
+    def __enter__(self) -> Started:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.communicate()
+        self.wait()
 
 
 def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -16,14 +16,18 @@ from pathlib import Path
 
 import psutil
 
+from tests import forked
 from tests.helpers import unavailable, unchecked, user_env
 
 
-def launch(args: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m experiments.run ARGS` in its own process group, as a shell starts a command; as `run`, without its
-    parity process unless `parity=` is given."""
-    return subprocess.Popen([sys.executable, "-m", "experiments.run", *unchecked(args)], cwd=cwd,
-                            env=user_env(**extra_env),
+def launch(args: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen | forked.Started:
+    """`python -m experiments.run ARGS` in its own process group, as a shell starts a command, its output in text
+    pipes; as `run`, without its parity process unless `parity=` is given, and forked where a fresh interpreter would
+    start alike."""
+    env = user_env(**extra_env)
+    if forked.starts_alike(env):
+        return forked.Started("experiments.run", unchecked(args), cwd, env, subprocess.PIPE, subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "experiments.run", *unchecked(args)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
