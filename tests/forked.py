@@ -90,6 +90,7 @@ def starts_alike(env: dict[str, str]) -> bool:
 
 
 def entries(env) -> list[str]:
+    """The folders PYTHONPATH names in `env`."""
     return list(filter(None, env.get("PYTHONPATH", "").split(os.pathsep)))
 
 
@@ -106,7 +107,7 @@ def command(module: str, args: list[str], cwd: str, env: dict[str, str], out, er
     for fd, to in ((1, out), (2, err)):
         os.dup2(os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if isinstance(to, str) else to.fileno(), fd)
     # as `python -m` searches: the working directory, PYTHONPATH, then the standard library and site-packages
-    sys.path[:] = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *site]
+    sys.path[:] = [cwd, *entries(env), *site]
     sys.argv = ["-m", *args]  # runpy sets argv[0] to the module's file
     sweeps_forked(site)
     try:
