@@ -10,9 +10,9 @@ the session started with), which starts no thread, so a fork copies no lock held
 imports nnbench's own modules itself (they draw values at import, such as the sweep directories' unique tag), from
 the path a fresh interpreter searches: a test may have added an environment's site-packages to this process's.
 The sweep such a command starts as its child (`experiments.common.child.run_to_end`) is forked from the same server
-in turn, in a session of its own (`Started`, as is a sweep `tests.helpers.faults.launch` starts). `tests.helpers.run` runs a fresh interpreter instead where the command's
-environment changes what Python itself reads at start (`starts_alike`). This module imports nothing of the suite's:
-the child imports it to run `command`.
+in turn, in a session of its own (`Started`), as is a sweep `tests.helpers.faults.launch` starts. `tests.helpers.run`
+runs a fresh interpreter instead where the command's environment changes what Python itself reads at start
+(`starts_alike`). This module imports nothing of the suite's: the child imports it to run `command`.
 """
 from __future__ import annotations
 
