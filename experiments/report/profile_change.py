@@ -1,6 +1,12 @@
 """Where a judged cell's time went: the profiles of its two sides (profile=true's `OpProfile`, A's and B's) part by
 part (the categories and the overhead) and op by op (their top tables), B's time against A's, and the change in
-words: `the change: matmul +0.41 ms, +18%; everything else within ±2%`. No MLflow. Parent side."""
+words: `the change: matmul +0.41 ms, +18%; everything else within ±2%`. No MLflow. Parent side.
+
+Each side's profile is one worker's, after that side's last burst: the two are taken at two moments, and a machine
+that drifts, or a neighbour that shares the core for a while, can make one side's every op twice as slow as the
+other's for that moment alone. So where each side's timed median is known (the paired bursts, interleaved, are drift's
+answer), a side's parts and ops are its profile's shares of the profiled step times its timed step: the profile says
+where the time went, the paired measurement how much."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,24 +39,31 @@ class Part(Json):
 class ProfileChange(Json):
     """A cell's two profiles side by side: every part and every top op of either, the largest change first."""
 
-    a_wall_s: float  # A's profiled step
+    a_wall_s: float  # A's step: its timed median where known, else its profiled step
     b_wall_s: float
     parts: list[Part]
     ops: list[Part]
     cost_s: float  # profiling the op on both sides took: builds, first calls, warm-ups, profiled steps, files
+    a_profiled_s: float | None = None  # A's profiled step, where the parts are scaled to its timed median
+    b_profiled_s: float | None = None
 
     @classmethod
-    def of(cls, a: OpProfile, b: OpProfile) -> "ProfileChange":
-        parts = [Part(p, p, a.parts_s.get(p, 0.0), b.parts_s.get(p, 0.0)) for p in PARTS]
+    def of(cls, a: OpProfile, b: OpProfile, timed: tuple[float, float] | None = None) -> "ProfileChange":
+        """A's and B's profiles side by side; given `timed` (each side's timed median step), each side's times are
+        scaled by its timed step over its profiled one."""
+        ka, kb = (t / p.wall_s for t, p in zip(timed, (a, b))) if timed else (1.0, 1.0)
+        parts = [Part(p, p, a.parts_s.get(p, 0.0) * ka, b.parts_s.get(p, 0.0) * kb) for p in PARTS]
         top_a, top_b = ({(o.name, o.category): o for o in p.top} for p in (a, b))
         ops = []
         for name, category in dict.fromkeys([*top_a, *top_b]):
             x, y = top_a.get((name, category)), top_b.get((name, category))
-            ops.append(Part(name, category, x and x.self_s, y and y.self_s, x and x.calls, y and y.calls))
-        return cls(a.wall_s, b.wall_s, sorted(parts, key=largest), sorted(ops, key=largest), a.elapsed_s + b.elapsed_s)
+            ops.append(Part(name, category, x and x.self_s * ka, y and y.self_s * kb, x and x.calls, y and y.calls))
+        profiled = (a.wall_s, b.wall_s)
+        return cls(*(timed or profiled), sorted(parts, key=largest), sorted(ops, key=largest),
+                   a.elapsed_s + b.elapsed_s, *(profiled if timed else (None, None)))
 
     def changed(self, within: float = WITHIN) -> list[Part]:
-        """The parts whose time changed by more than `within` of A's profiled step."""
+        """The parts whose time changed by more than `within` of A's step."""
         return [p for p in self.parts if abs(p.delta_s) > within * self.a_wall_s]
 
     def said(self, within: float = WITHIN) -> str:

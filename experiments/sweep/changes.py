@@ -35,12 +35,15 @@ def cell_of(rec: Record) -> str:
 
 
 def change(a: Path | None, b: Path, op: str) -> ProfileChange | None:
-    """A's and B's profiles of the op side by side; None unless both were profiled (a sweep from before
-    report.profile_changed, or one without it, has none)."""
-    files = [d / PROFILE / op / "profile.json" for d in (a, b) if d is not None]
+    """A's and B's profiles of the op side by side, each scaled to its side's timed median where both records have
+    one; None unless both were profiled (a sweep from before report.profile_changed, or one without it, has none)."""
+    dirs = [d for d in (a, b) if d is not None]
+    files = [d / PROFILE / op / "profile.json" for d in dirs]
     if len(files) < 2 or not all(f.exists() for f in files):
         return None
-    return ProfileChange.of(*(OpProfile.from_json(f.read_text()) for f in files))
+    timed = [Record.load(d).metrics.get(f"{op}_median_s") for d in dirs]
+    return ProfileChange.of(*(OpProfile.from_json(f.read_text()) for f in files),
+                            tuple(timed) if all(timed) else None)
 
 
 def said(directory: Path) -> list[str]:

@@ -224,4 +224,6 @@ def test_profile_says_where_a_planted_slowdown_s_time_went(planted, tmp_path):
     assert said.startswith(f"{plant.NAME} inference bs32 ") and "(slower): the change: " in said and "matmul +" in said
     points = runs(uri)
     assert len(points) == 2 and (points["metrics.inference_time_matmul_s"] > 0).all()
+    assert {change.a_wall_s, change.b_wall_s} == set(points["metrics.inference_median_s"])  # scaled to the timed steps
+    assert {change.a_profiled_s, change.b_profiled_s} == set(points["metrics.inference_profile_wall_s"])
     assert set(points["tags.profile"]) == {"ok"}

@@ -1,5 +1,7 @@
 """Where a judged cell's time went (`report.profile_change`): two profiles whose answer is known, side by side, and in
 words."""
+import pytest
+
 from experiments.common.protocol import PARTS, OpProfile, ProfiledOp
 from experiments.report.profile_change import WITHIN, ProfileChange
 
@@ -38,3 +40,18 @@ def test_alike_profiles_say_so_and_an_op_one_side_lacks_is_marked():
                                                                                                   "copy", 4, 1e-3)],
                   1.0)
     assert "ops: aten::copy_ +1 ms (not in A's top)" in ProfileChange.of(a, b).said()
+
+
+def test_a_side_profiled_while_its_core_was_shared_is_read_at_its_timed_step():
+    """A's profile ran at half speed (every op twice as slow, its timed median unchanged): unscaled, matmul reads
+    unchanged and the rest faster; scaled to each side's timed step, matmul's time doubled and nothing else moved."""
+    a, b = profile(2.0, 1.0, 10), profile(4.0, 1.0, 20)
+    slowed = OpProfile(2 * a.wall_s, {p: 2 * t for p, t in a.parts_s.items()}, a.step_walls_s,
+                       [ProfiledOp(o.name, o.category, o.calls, 2 * o.self_s) for o in a.top], a.elapsed_s)
+    assert [p.name for p in ProfileChange.of(slowed, b).changed()] == ["overhead", "elementwise"]  # unscaled
+    c = ProfileChange.of(slowed, b, (a.wall_s, b.wall_s))
+    assert [p.name for p in c.changed()] == ["matmul"] and c.parts[0].delta_s == pytest.approx(2e-3)
+    assert (c.a_wall_s, c.b_wall_s, c.a_profiled_s) == (a.wall_s, b.wall_s, slowed.wall_s)
+    assert c.ops[0].name == "aten::mm" and c.ops[0].a_s == pytest.approx(2e-3) and c.said().startswith(
+        "the change: matmul +2 ms, +57%; everything else within ±2% (step 3.5 → 5.5 ms)")
+    assert ProfileChange.from_json(c.to_json()) == c
