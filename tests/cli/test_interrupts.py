@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.helpers.interrupts import AFTER_THE_END, IN_A_GC_CALLBACK, interrupted
+from tests.helpers.interrupts import AFTER_THE_END, IN_A_GC_CALLBACK, WHILE_LOADING, interrupted
 
 MOMENTS = 3  # random moments per command: each run is killed within its first seconds
 
@@ -40,6 +40,12 @@ def test_a_ctrl_c_inside_a_gc_callback_is_honoured_and_not_printed_where_it_rais
     code, err, _ = interrupted(["experiments.selfcheck.check", "check", "--seconds", "0.4"], None,
                                program=IN_A_GC_CALLBACK)
     assert (code, err) == (130, ctrl_c("check"))  # no "Exception ignored in: <function strike>"
+
+
+def test_a_ctrl_c_while_the_command_loads_is_one_line_and_130():
+    """Before the command has installed its handler (a Ctrl-C in its first fraction of a second)."""
+    code, err, out = interrupted(["check", "--seconds", "30"], None, program=WHILE_LOADING)
+    assert (code, err, out) == (130, ctrl_c("check"), "")
 
 
 @pytest.mark.parametrize("when", ["returned", "atexit"])

@@ -29,6 +29,20 @@ def strike(phase, info):
 gc.callbacks.append(strike)
 sys.exit(main())
 """
+# `nnbench ARGV` as `python -m experiments` runs it, sent SIGINT while its modules load, before the command's handler
+# is installed: as the first of experiments.common is imported.
+WHILE_LOADING = """
+import os, runpy, signal, sys
+
+class Strike:
+    def find_spec(self, name, path=None, target=None):
+        if name == "experiments.common":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, Strike())
+runpy.run_module("experiments", run_name="__main__")
+"""
 # `nnbench ARGV`, sent SIGINT once it has ended: ARGV[0] "returned": as main() returns; "atexit": inside an atexit
 # function (both run before the interpreter's teardown).
 AFTER_THE_END = """
