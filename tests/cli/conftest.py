@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from experiments.selfcheck import planted as plant
-from tests.helpers import with_store
+from tests.helpers import run_cache, with_store
 
 # nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
 # planted.py): 1.0.1 does 1.0's work (A/A), 1.1 and 1.2 60% more, 2.0 twice as much: steps no load hides (a 30% one
@@ -34,9 +34,9 @@ class Planted:
     """nnbench-planted's releases (PLANTED, or others) on a local package index, their environments built once, offline, into
     one cache: `nnbench versions` and `bisect` find them there too."""
 
-    def __init__(self, root: Path, releases: dict[str, float] = PLANTED):
+    def __init__(self, root: Path, releases: dict[str, float] = PLANTED, cache: Path | None = None):
         self.url = plant.index(plant.wheels(root / "wheels", releases), root / "index")
-        self.cache = root / "envs"
+        self.cache = cache or root / "envs"
 
     @contextlib.contextmanager
     def offline(self):
@@ -61,4 +61,5 @@ class Planted:
 
 @pytest.fixture(scope="session")
 def planted(tmp_path_factory) -> Planted:
-    return Planted(tmp_path_factory.mktemp("planted"))
+    """PLANTED's environments in one cache for the run: every worker's index serves the same wheels (the same bytes)."""
+    return Planted(tmp_path_factory.mktemp("planted"), cache=run_cache(tmp_path_factory, "planted-envs"))

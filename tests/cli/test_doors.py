@@ -2,6 +2,7 @@
 a non-zero exit and no traceback. In-process (`main(argv)`) against one small real store made once; subprocesses only
 where a signal must reach a process."""
 import json
+from importlib.metadata import version
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from experiments.measure.reading import read
 from experiments.measure.stats import summarize
 from experiments.store import records, tracking
 from experiments.sweep import hydra_errors
-from tests.helpers import config, with_store
+from tests.helpers import OLD_JAX, config, run_cache, with_store
 from tests.helpers.interrupts import interrupted
 
 TORCH = config("framework=torch", "device=cpu")
@@ -62,8 +63,9 @@ def call(argv, capsys):
 
 S = "{uri}"  # the store, filled in per case
 # A model= no built-in network has may be one the environments compared declare: `versions` builds both jax
-# environments (16 CPU-seconds) before it answers, into the test's own cache.
-BUILDS = ["versions", "jax==0.10.0,0.10.1", "--", "model=lenett"]
+# environments (seconds of CPU) before it answers, into the run's cache that tests/cli/test_versions.py's second jax
+# release shares (whichever runs second finds them built).
+BUILDS = ["versions", f"jax=={OLD_JAX},{version('jax')}", "--", "model=lenett"]
 BAD = [  # argv, exit code, words the one line must hold
     # the command itself
     (["comapre"], 2, ["no command 'comapre'", "did you mean nnbench compare?"]),
@@ -176,9 +178,9 @@ BAD = [  # argv, exit code, words the one line must hold
 
 @pytest.mark.parametrize("argv,code,words", [pytest.param(*c, marks=[pytest.mark.slow] if c[0] == BUILDS else [],
                                                           id=" ".join(c[0])[:60]) for c in BAD])
-def test_bad_input_is_one_line_naming_the_fix(store, capsys, argv, code, words, monkeypatch):
+def test_bad_input_is_one_line_naming_the_fix(store, capsys, argv, code, words, monkeypatch, tmp_path_factory):
     tmp, uri, _ = store
-    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp / "envs"))
+    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(run_cache(tmp_path_factory, "jax-envs")))
     argv = [a.replace(S, uri).replace("{tmp}", str(tmp)) for a in argv]
     got, err, _ = call(argv, capsys)
     assert got == code and len(err) == 1, (got, err)

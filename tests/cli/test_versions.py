@@ -14,7 +14,7 @@ from experiments.cli import main
 from experiments.harness import manager
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT
-from tests.helpers import nnbench, run, runs, with_store
+from tests.helpers import OLD_JAX, nnbench, run, run_cache, runs, with_store
 
 VERSIONS = [f"1.{i}" for i in range(5)]
 # The planted package's own runner in each environment (an external runner: unpaired only): one point, its op 44 ms
@@ -312,18 +312,15 @@ def test_list_and_clean_an_empty_cache(offline, capsys):
     assert main(["versions", "--clean"]) == 0 and capsys.readouterr().out.startswith("removed 0 environments")
 
 
-OLD_JAX = "0.10.1"
-
-
 @pytest.mark.slow
-def test_a_second_jax_release(tmp_path, monkeypatch):
+def test_a_second_jax_release(tmp_path, tmp_path_factory, monkeypatch):
     """This jax and jax 0.10.1 (from the package index: skipped where it can't be had), unpaired, interleaved, two
     rounds: the versions come from the workers' own interpreters."""
     import jax
 
     if jax.__version__ == OLD_JAX:
         pytest.skip("this environment already has the older jax")
-    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(tmp_path / "envs"))
+    monkeypatch.setenv("NNBENCH_ENV_CACHE", str(run_cache(tmp_path_factory, "jax-envs")))
     r = nnbench("versions", [f"jax=={OLD_JAX},{jax.__version__}", "--unpaired", "--repeats", "2", "--",
                              "framework=jax", "model=mlp_relu", "batch_size=2", "ops=[inference]", "bench=quick",
                              "bench.processes=2", "bench.max_time_s=0.2", "bench.machine_check_s=0"], tmp_path)

@@ -197,6 +197,19 @@ def with_store(cwd: Path, name: str = "mlruns/mlflow.db") -> Path:
     return cwd
 
 
+# An older jax release that `nnbench versions` builds an environment of beside this one's: the tests that build the
+# two share them for the run (`run_cache(tmp_path_factory, "jax-envs")`).
+OLD_JAX = "0.10.1"
+
+
+def run_cache(tmp_path_factory, name: str) -> Path:
+    """A folder that every pytest-xdist worker of this run shares (their basetemps lie in the run's), for what the
+    product caches across processes under its own locks (measuring environments): built once a run, not once a
+    worker, and fresh in each run."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+
+
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under root, with its size and modification time: what a command left behind."""
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
