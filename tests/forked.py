@@ -177,16 +177,21 @@ class Started:
 
     def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
         if self.reads is None:  # read to the end, each pipe in a thread of its own, as Popen does
-            self.reads = {}
-            for fd, pipe in self.pipes.items():
-                threading.Thread(target=lambda fd=fd, pipe=pipe: self.reads.setdefault(fd, pipe.read()),
-                                 daemon=True).start()
+            self.reads, self.readers = {}, [threading.Thread(
+                target=lambda fd=fd, pipe=pipe: self.reads.setdefault(fd, pipe.read()), daemon=True)
+                for fd, pipe in self.pipes.items()]
+            for reader in self.readers:
+                reader.start()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self.reads) < len(self.pipes):
-            if deadline is not None and time.monotonic() > deadline:
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        for reader in self.readers:
+            reader.join(left())
+            if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.01)
-        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.wait(left())
         return self.reads.get(1), self.reads.get(2)
 
     def send_signal(self, signum: int) -> None:
