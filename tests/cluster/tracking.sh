@@ -81,19 +81,27 @@ start_mlflow() {
     MLFLOW_AUTH_ADMIN_PASSWORD=$(cat "$DIR/admin.password")  # read at the first start only, to create admin
     export MLFLOW_AUTH_CONFIG_PATH=$DIR/basic_auth.ini MLFLOW_FLASK_SERVER_SECRET_KEY MLFLOW_AUTH_ADMIN_PASSWORD
   fi
-  # A session of its own, so `down` can stop the server and its workers as one process group.
-  # shellcheck disable=SC2016  # $$, $0 and $@ expand in the new session's shell
-  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid bash -c \
-    'echo $$ >"$0/mlflow.pid"; exec "$@"' "$DIR" "$PYTHON" -m mlflow server \
-    --backend-store-uri "postgresql://postgres@127.0.0.1:$(cat "$DIR/pg.port")/mlflow" \
-    --artifacts-destination "$DIR/artifacts" --host 127.0.0.1 --port "$(cat "$DIR/mlflow.port")" \
-    --workers 1 "${auth[@]}" </dev/null >"$DIR/mlflow.log" 2>&1 &
-  local uri
-  uri=http://127.0.0.1:$(cat "$DIR/mlflow.port")
-  for _ in $(seq 120); do
-    curl -sf "$uri/health" >/dev/null && return
-    [[ -s $DIR/mlflow.pid ]] && ! alive "$DIR/mlflow.pid" && break
-    sleep 0.5
+  local uri try
+  for try in 1 2 3; do
+    # A session of its own, so `down` can stop the server and its workers as one process group.
+    # shellcheck disable=SC2016  # $$, $0 and $@ expand in the new session's shell
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid bash -c \
+      'echo $$ >"$0/mlflow.pid"; exec "$@"' "$DIR" "$PYTHON" -m mlflow server \
+      --backend-store-uri "postgresql://postgres@127.0.0.1:$(cat "$DIR/pg.port")/mlflow" \
+      --artifacts-destination "$DIR/artifacts" --host 127.0.0.1 --port "$(cat "$DIR/mlflow.port")" \
+      --workers 1 "${auth[@]}" </dev/null >"$DIR/mlflow.log" 2>&1 &
+    uri=http://127.0.0.1:$(cat "$DIR/mlflow.port")
+    for _ in $(seq 120); do
+      curl -sf "$uri/health" >/dev/null && return
+      [[ -s $DIR/mlflow.pid ]] && ! alive "$DIR/mlflow.pid" && break
+      grep -q "address already in use" "$DIR/mlflow.log" && break
+      sleep 0.5
+    done
+    # another process took the free port between its choice and the server's bind: start again on a new one
+    grep -q "address already in use" "$DIR/mlflow.log" || break
+    say "port $(cat "$DIR/mlflow.port") taken meanwhile (try $try of 3): a new one"
+    stop_mlflow
+    free_port >"$DIR/mlflow.port"
   done
   tail -n 30 "$DIR/mlflow.log" >&2
   die "mlflow server not healthy at $uri (log: $DIR/mlflow.log)"
@@ -130,13 +138,17 @@ get_app_client("basic-auth", tracking_uri=sys.argv[1]).create_user(user["mlflow"
   echo "$file"
 }
 
-down() {
+stop_mlflow() {  # the server's process group: SIGTERM, then SIGKILL after 20 s
   if alive "$DIR/mlflow.pid"; then
     kill -TERM -- "-$(cat "$DIR/mlflow.pid")" 2>/dev/null || true
     for _ in $(seq 40); do alive "$DIR/mlflow.pid" || break; sleep 0.5; done
     if alive "$DIR/mlflow.pid"; then kill -KILL -- "-$(cat "$DIR/mlflow.pid")"; fi
   fi
   rm -f "$DIR/mlflow.pid"
+}
+
+down() {
+  stop_mlflow
   if alive "$DIR/pg/postmaster.pid"; then
     as_pg "$PG/pg_ctl" -D "$DIR/pg" -m fast -w stop >&2
   fi
