@@ -14,6 +14,10 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # cores, and a spinning thread burns the CPU another process's work waits for. What a test reads is a behaviour or a
 # ratio measured side by side, never a time a spinning pool would shorten.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# XLA's CPU backend compiles the suite's programs without LLVM's optimizations: every HLO pass still runs (what the
+# programs are, their FLOP counts, how often they compile), only the machine code is left slower, and each of the
+# suite's hundreds of small programs compiles in less CPU (the jax tests of tests/measure and tests/models: a fifth).
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import models
 from experiments.common.config import register
