@@ -9,6 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from experiments.common.config import DEFAULT_BASELINE
+from experiments.common.errors import LOST
 from experiments.store import tracking
 from experiments.store.parent import parent_run
 from experiments.store.sweepdir import Sweep
@@ -67,18 +68,20 @@ def command_parent(uri: str, outcome: str) -> str:
     return MlflowClient(uri).get_run(run.run_id).info.status
 
 
-def sweep_parent(uri: str, directory, outcome: str) -> str:
+def sweep_parent(uri: str, directory, outcome: str) -> tuple[str, int | None]:
     """A sweep's parent run, opened as a sweep opens it, ended with `outcome` (every point on record, a signal, an
-    abort, a planned point without a record); the status it closed with."""
+    abort, a planned point without a record); the status it closed with, and the sweep's exit code where it ran to
+    its end."""
     state = opening.open_sweep(directory, [], uri, "nnbench", opening.ParentRun(f"sweep · {outcome}"))
     sweep = Sweep(directory)
     if outcome == "lost":
         sweep.write(replace(state, points=1))
+    code = None
     if outcome in ("whole", "lost"):
-        ending.finish(sweep, SimpleNamespace(baseline=DEFAULT_BASELINE, fail_on_regression=False))
+        code = ending.finish(sweep, SimpleNamespace(baseline=DEFAULT_BASELINE, fail_on_regression=False))
     else:
         ending.close_stopped(sweep, interrupted=outcome == "interrupted")
-    return MlflowClient(uri).get_run(state.parent_run_id).info.status
+    return MlflowClient(uri).get_run(state.parent_run_id).info.status, code
 
 
 @pytest.fixture(scope="module")
@@ -91,4 +94,6 @@ def uri(tmp_path_factory):
 def test_a_sweeps_parent_and_a_commands_end_alike(uri, tmp_path, monkeypatch, outcome, status):
     monkeypatch.setattr(opening, "check", lambda seconds: None)  # no machine check: nothing is measured
     monkeypatch.setattr(opening, "ACTIVE", None)
-    assert sweep_parent(uri, tmp_path / "sweep", outcome) == command_parent(uri, outcome) == status
+    closed, code = sweep_parent(uri, tmp_path / "sweep", outcome)
+    assert closed == command_parent(uri, outcome) == status
+    assert code == {"whole": 0, "lost": LOST}.get(outcome)  # a point lost is the sweep's failure, not only its run's
