@@ -207,12 +207,15 @@ def test_a_lone_side_is_never_stopped(tmp_path, watched, lent):
 
 
 def test_a_cell_whose_blocks_outlast_its_bursts_ends_after_fewer_rounds(tmp_path, watched, lent):
-    """Bursts of 0.1 ms, where a block of calls lasts at least 1 ms (bench=quick's min_block_s): the first round
-    shows it, and the cell ends after MIN_ROUNDS of the rounds asked (rounds_for), every burst kept."""
+    """Bursts of 0.1 ms, where a block of calls lasts about 1 ms (bench=quick's min_block_s): the first round
+    shows it, and the cell ends after fewer of the rounds asked (rounds_for: MIN_ROUNDS where the block took 1 ms; a
+    few more where the warm-up that sized the block ran slower than the burst, on a busy core), every burst kept."""
     design = pairs.Design(burst_s=1e-4, rounds=4 * pairs.MIN_ROUNDS, trials=1, max_trials=1)
     (c,) = pairs.Session([side(tmp_path, "A")], [CELL], design, tmp_path).run()
     (t,) = c.trials
-    assert t.turns[0].ok and t.order == "A" * pairs.MIN_ROUNDS and len(t.turns[0].bursts) == pairs.MIN_ROUNDS
+    rounds = pairs.rounds_for(design, t.turns[0].bursts[:1])
+    assert pairs.MIN_ROUNDS <= rounds < design.rounds
+    assert t.turns[0].ok and t.order == "A" * rounds and len(t.turns[0].bursts) == rounds
 
 
 def test_a_cell_whose_calls_outlast_a_burst_takes_fewer_rounds_of_the_same_samples():
