@@ -1,5 +1,8 @@
 """Fixtures the command tests share: a real store, and nnbench-planted's releases served by a local index."""
 import contextlib
+import subprocess
+import sysconfig
+import venv
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,32 @@ class Planted:
 def planted(tmp_path_factory) -> Planted:
     """PLANTED's environments in one cache for the run: every worker's index serves the same wheels (the same bytes)."""
     return Planted(tmp_path_factory.mktemp("planted"), cache=run_cache(tmp_path_factory, "planted-envs"))
+
+
+def isolated_python(root: Path) -> str:
+    """An interpreter that imports this environment's packages (torch among them) but not nnbench: a venv whose
+    path holds this site-packages as a plain entry, so that its .pth files (nnbench's editable finder) never run."""
+    venv.EnvBuilder(symlinks=True).create(root)
+    python = root / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "base.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return str(python)
+
+
+def script(folder: Path, python: str) -> subprocess.CompletedProcess:
+    """The folder's repro.py as a user runs it: in the folder, this interpreter, no PYTHONPATH."""
+    return subprocess.run([python, "-I", "repro.py", "--rounds", "6", "--burst-ms", "20"], cwd=folder,
+                          capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> str:
+    """An interpreter that has torch but can't import nnbench (isolated_python), checked: an upstream draft's
+    script must run there."""
+    python = isolated_python(tmp_path_factory.mktemp("clean"))
+    for module in ("experiments", "models"):
+        r = subprocess.run([python, "-I", "-c", f"import {module}"], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        assert r.returncode and "ModuleNotFoundError" in r.stderr, f"{module} imports in the isolated interpreter"
+    return python

@@ -1,8 +1,10 @@
 """Following releases: `nnbench versions --unpaired`, `bisect --unpaired` and `history` end to end on a planted
 regression served by a local package index (no network), a second real jax release; `versions` paired (the default):
 one paired sweep along the environments, each version against the one before it, on nnbench-planted's network, its
-verdicts, its gate and the history it leaves; and their error lines. (bisect paired: tests/cli/test_bisect.py.)"""
+verdicts, its gate, the upstream report it drafts for the slower cell and the history it leaves; and their error
+lines. (bisect paired: tests/cli/test_bisect.py.)"""
 import json
+import re
 import subprocess
 import sys
 
@@ -13,7 +15,7 @@ import pytest
 from experiments.cli import main
 from experiments.harness import manager
 from experiments.selfcheck import planted as plant
-from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT
+from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT, script
 from tests.helpers import OLD_JAX, nnbench, run, run_cache, runs, with_store
 
 VERSIONS = [f"1.{i}" for i in range(5)]
@@ -89,13 +91,14 @@ def test_a_planted_regression_is_measured_bisected_and_placed(offline, tmp_path)
 @pytest.fixture(scope="module")
 def compared(planted, tmp_path_factory):
     """`nnbench versions nnbench-planted==1.0,1.0.1,2.0` on the planted network, gated, as JSON, each slower or faster
-    cell profiled: one paired sweep along the environments, 1.0.1 against 1.0 (the same work: A/A) and 2.0 against
-    1.0.1 (twice the work). Its process and store."""
+    cell profiled and an upstream report drafted for each slower one: one paired sweep along the environments, 1.0.1
+    against 1.0 (the same work: A/A) and 2.0 against 1.0.1 (twice the work). Its process, store and drafts folder."""
     tmp = with_store(tmp_path_factory.mktemp("versions"))
     with planted.offline():
         r = nnbench("versions", [f"{planted_spec('1.0', '1.0.1', '2.0')}", "--index-url", planted.url, *PLANTED_POINT,
-                                 *PAIRED_DESIGN, "--fail-on-regression", "--json", "--profile"], tmp)
-    return r, f"sqlite:///{tmp}/mlruns/mlflow.db"
+                                 *PAIRED_DESIGN, "--fail-on-regression", "--json", "--profile",
+                                 "--issue", str(tmp / "drafts")], tmp)
+    return r, f"sqlite:///{tmp}/mlruns/mlflow.db", tmp / "drafts"
 
 
 def planted_spec(*versions: str) -> str:
@@ -112,7 +115,7 @@ def test_adjacent_versions_are_compared_in_one_paired_sweep(compared):
     """Each version against the one before it: 1.0.1 over 1.0 not slower, 2.0 over 1.0.1 slower; --json prints the
     verdicts (nnbench.paired/1) and the versions' parent run, --fail-on-regression exits 1 naming only 2.0's cell;
     --profile says where 2.0's time went (its twice as many matmuls), and only there."""
-    r, _ = compared
+    r, _, _ = compared
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(r.stdout)
     assert got["schema"] == "nnbench.paired/1" and got["command"] == "versions" and got["exit"] == 0
@@ -134,7 +137,7 @@ def test_adjacent_versions_are_compared_in_one_paired_sweep(compared):
 def test_the_paired_sweep_is_logged_under_the_versions_parent(compared):
     """The versions' parent run holds one sweep along runtime.python, whose point runs carry each environment's
     spec and versions; B's verdicts match what was printed."""
-    r, uri = compared
+    r, uri, _ = compared
     got = json.loads(r.stdout)
     mlflow.set_tracking_uri(uri)
     df = mlflow.search_runs(experiment_names=["nnbench"])
@@ -153,10 +156,37 @@ def test_the_paired_sweep_is_logged_under_the_versions_parent(compared):
 
 
 @pytest.mark.slow
+def test_versions_writes_a_draft_naming_the_slower_cell(compared):
+    """--issue DIR: one draft, for 2.0's cell (1.0.1's A/A is not slower), naming both versions, how to build the two
+    environments and the command that measured it, beside its script, its sides and both exported steps."""
+    r, _, drafts = compared
+    (draft,) = drafts.glob("*/draft.md")
+    assert f"upstream draft: {draft}" in r.stderr
+    text = draft.read_text()
+    title = rf"# torch inference step [\d.]+x slower with {plant.PROJECT}==2.0 than with {plant.PROJECT}==1.0.1"
+    assert re.match(title + r" \(batch size 32, fp32, cpu\)", text), text[:300]
+    assert f"Packages that differ: {plant.PROJECT} 1.0.1 (A) / 2.0 (B)." in text
+    assert "venv/bin/pip install torch==" in text and f"nnbench versions {planted_spec('1.0', '1.0.1', '2.0')} " in text
+    assert {p.name for p in draft.parent.iterdir()} == {"draft.md", "repro.py", "repro.json", "a.pt2", "b.pt2"}
+
+
+@pytest.mark.slow
+def test_the_drafts_script_shows_the_regression_without_nnbench(compared, clean):
+    """The draft's repro.py, run by an interpreter that has torch but not nnbench: B (2.0, twice the matmuls) is
+    the slower side."""
+    _, _, drafts = compared
+    (folder,) = (d.parent for d in drafts.glob("*/draft.md"))
+    r = script(folder, clean)
+    assert r.returncode == 0, r.stderr
+    medians = [float(m) for m in re.findall(r"median ([\d.e-]+) ms per step", r.stdout)]
+    assert len(medians) == 2 and medians[1] > medians[0], r.stdout
+
+
+@pytest.mark.slow
 def test_history_reads_what_the_paired_versions_stored(compared, tmp_path):
     """`nnbench history --by nnbench_planted_version` after the paired versions: the one point along the three
     versions, from the runs under the versions' parent."""
-    _, uri = compared
+    _, uri, _ = compared
     h = nnbench("history", ["--by", "nnbench_planted_version", "--json", "--uri", uri], tmp_path)
     assert h.returncode == 0, h.stderr[-3000:]
     got = json.loads(h.stdout)
