@@ -1,5 +1,6 @@
 """A user's own network: loading it (a file, an installed package's entry point), the one-line errors, both backends
-preparing it, the parity check with a weight map, its FLOPs' source, the fork server's refusal, and one sweep."""
+preparing it, the parity check with a weight map, its FLOPs' source and the fork server's refusal. (A sweep of one
+from the user's directory: tests/models/test_weights.py.)"""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from experiments.measure import parity
 from experiments.measure.backends import Unsupported, load
 from experiments.measure.parity import counted
 from experiments.sweep import hydra_errors, preflight
-from tests.helpers import BRIEF, FORMAT, ROOT, budget, run, runs, with_store
+from tests.helpers import FORMAT, ROOT, budget
 
 # A small MLP in both frameworks, the weight map from the Flax side's paths to the torch side's names.
 MLP = '''
@@ -283,17 +284,3 @@ def test_the_fork_server_refuses_a_network_that_starts_a_thread(nets, tmp_path):
         server.stdin.close()
         server.wait(30)
     assert "pid" not in answer and "threads.py started a thread at import" in answer["problem"]
-
-
-@pytest.mark.slow
-def test_a_sweep_of_a_network_from_a_file(nets, tmp_path):
-    """`model=file model.path=./mlp.py` from the user's directory: both frameworks measured, the key passed on."""
-    (tmp_path / "mlp.py").write_text((nets / "mlp.py").read_text())
-    r = run(["-m", "framework=jax,torch", "model=file", "model.path=./mlp.py", "+model.width=8", "batch_size=8",
-             *BRIEF], cwd=with_store(tmp_path))
-    assert r.returncode == 0, r.stderr[-3000:]
-    df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    assert len(df) == 2 and set(df["status"]) == {"FINISHED"}
-    assert set(df["params.framework"]) == {"jax", "torch"}
-    assert set(df["params.param_count"]) == {str(32 * 8 + 8 + 8 * 10 + 10)}  # the key reached build()
-    assert df["metrics.inference_median_s"].notna().all() and df["metrics.training_median_s"].notna().all()

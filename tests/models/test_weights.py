@@ -1,6 +1,6 @@
 """A weight map's readings (a name, (name, axes), `models.From` with rows, reshape or a function), the layers' maps
 (attention, an encoder layer, an LSTM's gates), the door's one-line refusals and the fix each names, and the parity
-of each framework's own attention layer, the documented example swept."""
+of each framework's own attention layer, the documented example swept from the user's directory."""
 from __future__ import annotations
 
 import re
@@ -150,14 +150,20 @@ def test_the_documented_encoder_is_at_parity():
 
 
 @pytest.mark.slow
-def test_a_sweep_of_the_documented_encoder_records_parity_ok(tmp_path):
-    """Its inference, one layer deep: the parity process and the tags it leaves are what is checked here (both ops'
-    parity at full depth: test_the_documented_encoder_is_at_parity)."""
-    r = run(["-m", "framework=jax,torch", "model=file", f"model.path={EXAMPLE}", "+model.depth=1", "batch_size=8",
-             "ops=[inference]", "parity=true", *BRIEF], cwd=with_store(tmp_path))
+def test_a_sweep_of_the_documented_encoder_from_the_users_directory(tmp_path):
+    """`model=file model.path=./encoder.py +model.depth=1` from the user's directory: both frameworks measured, both
+    ops, the key passed on to build(), and the parity process's tags on every point (both ops' parity at full depth:
+    test_the_documented_encoder_is_at_parity)."""
+    (tmp_path / "encoder.py").write_text(EXAMPLE.read_text())
+    r = run(["-m", "framework=jax,torch", "model=file", "model.path=./encoder.py", "+model.depth=1", "batch_size=8",
+             "parity=true", *BRIEF], cwd=with_store(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
-    assert set(df["params.framework"]) == {"jax", "torch"} and set(df["tags.parity"]) == {"ok"}, df.filter(like="tags")
+    assert len(df) == 2 and set(df["status"]) == {"FINISHED"} and set(df["params.framework"]) == {"jax", "torch"}
+    one_layer = 64 * 32 + 32 * 10 + 10 + (4 * 32 * 32 + 4 * 32) + (2 * 32 * 128 + 128 + 32) + 4 * 32
+    assert set(df["params.param_count"]) == {str(one_layer)}  # the key reached build()
+    assert df["metrics.inference_median_s"].notna().all() and df["metrics.training_median_s"].notna().all()
+    assert set(df["tags.parity"]) == {"ok"}, df.filter(like="tags")
     worst = {float(w.split()[0]) for w in df["tags.parity_worst"]}
     print(f"swept encoder parity: ok, worst {df['tags.parity_worst'].iloc[0]}")
     assert len(worst) == 1 and worst.pop() < 1e-5
