@@ -1,4 +1,5 @@
-"""Fixtures the command tests share: a real store, and nnbench-planted's releases served by a local index."""
+"""Fixtures the command tests share: a real store, nnbench-planted's releases served by a local index, and an
+interpreter that has torch but can't import nnbench (where an upstream draft's script runs)."""
 import contextlib
 import subprocess
 import sysconfig
