@@ -3,6 +3,7 @@ and how sure, as sentences, the summary table and the machine in one line (the r
 the geometric-mean speedups as metrics. Parent side."""
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
@@ -134,10 +135,19 @@ def geomeans(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE,
     return [(o.variant, o.op, o.speedup) for o in overall(t, baseline, evidence)]
 
 
-def metric_name(variant: str, op: str, baseline: str) -> str:
-    """`speedup_<op>_<variant>_vs_<baseline>`: op first, so that the runs table's columns (sorted by name) group by
-    op, and the baseline named, since `report.baseline` may change between sweeps."""
-    return re.sub(r"[^\w\-.:/]", "_", f"speedup_{op}_{variant}_vs_{baseline}")  # what MLflow allows in a name
+MAX_NAME = 250  # the longest metric name MLflow takes
+
+
+def metric_name(variant: str, op: str, baseline: str, suffix: str = "") -> str:
+    """`speedup_<op>_<variant>_vs_<baseline><suffix>`: op first, so that the runs table's columns (sorted by name)
+    group by op, and the baseline named, since `report.baseline` may change between sweeps. A name longer than MLflow
+    takes (labels that hold interpreters' long paths) keeps its start and its end around a hash of the whole: still
+    one name per variant, op and baseline."""
+    name = re.sub(r"[^\w\-.:/]", "_", f"speedup_{op}_{variant}_vs_{baseline}")  # what MLflow allows in a name
+    if len(name) + len(suffix) > MAX_NAME:
+        keep = (MAX_NAME - len(suffix) - 12) // 2
+        name = f"{name[:keep]}..{hashlib.sha256(name.encode()).hexdigest()[:8]}..{name[-keep:]}"
+    return name + suffix
 
 
 def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> dict[str, float]:
@@ -146,9 +156,8 @@ def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
     `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`)."""
     out = {}
     for o in overall(t, baseline, evidence):
-        name = metric_name(o.variant, o.op, o.baseline)
-        out |= {name + suffix: float(f"{v:.4g}") for suffix, v in (("", o.speedup), ("_ci95_low", o.low),
-                                                                   ("_ci95_high", o.high)) if v == v}
+        out |= {metric_name(o.variant, o.op, o.baseline, suffix): float(f"{v:.4g}")
+                for suffix, v in (("", o.speedup), ("_ci95_low", o.low), ("_ci95_high", o.high)) if v == v}
     for e in evidence:
         r = math.exp(float(np.mean(e.log_ratios)))
         out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline)] = float(f"{1 / r:.4g}")

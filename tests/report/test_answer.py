@@ -142,3 +142,19 @@ def test_the_paired_answer_names_its_metrics_and_slower_cells_and_the_design():
     assert note.splitlines()[0] == answer.headline(t, BASE, evidence())
     assert "Paired: each cell's variants took turns" in note and "- jax-jit fp32: layout nhwc vs contiguous" in note
     assert "Unpaired: where a speedup says so" in note
+
+
+def test_metric_names_that_hold_long_interpreter_paths_stay_within_what_mlflow_takes():
+    """Variants along runtime.python are labelled by their interpreters' paths: two long ones that differ only in
+    the middle give distinct names of at most 250 characters, which keep their start, their end and their suffix."""
+    label = "torch-eager fp32 runtime.python=/home/runner/work/an-organisation-s-project/an-organisation-s-project/{}" \
+            "/.venv/bin/python"
+    base, heads = label.format("base"), [label.format(side) for side in ("head", "head-rebased")]
+    names = [answer.metric_name(h, op, base, suffix) for h in heads for op in ("inference", "inference_bs32_lenet")
+             for suffix in ("", "_ci95_low", "_ci95_high")]
+    assert len(set(names)) == len(names) and max(map(len, names)) <= 250
+    assert len(f"speedup_inference_{heads[0]}_vs_{base}") > 250
+    assert all(n.startswith("speedup_inference") and n.removesuffix("_ci95_low").removesuffix("_ci95_high")
+               .endswith("bin/python") for n in names)
+    assert answer.metric_name("jax-jit fp32", "inference", "torch-eager fp32", "_ci95_low") == (
+        "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32_ci95_low")  # a short name stays whole
