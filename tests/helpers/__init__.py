@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -238,10 +239,12 @@ def serve(store: str, port: int, artifacts: Path | None = None) -> subprocess.Po
     raise RuntimeError("mlflow server did not start")
 
 
-def fake_interpreter(directory: Path) -> str:
-    """An executable in `directory` that stands in for a venv's python and runs tests/helpers/fake_worker.py."""
+def fake_interpreter(directory: Path, **env: str) -> str:
+    """An executable in `directory` that stands in for a venv's python and runs tests/helpers/fake_worker.py, with
+    `env` set (an environment of its own: FAKE_SLOWER)."""
     path = directory / "fake-python"
-    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    path.write_text(f'#!/bin/sh\n{exports}exec {sys.executable} {ROOT / "tests" / "helpers" / "fake_worker.py"} "$@"\n')
     path.chmod(0o755)
     return str(path)
 

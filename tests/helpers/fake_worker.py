@@ -18,7 +18,8 @@ minutes with FAKE_LONG_POINT=i), each burst answers five samples of the median; 
 says when asked to prepare its second cell (`early`, `hang`: its first), or where FAKE_FAULT_SIDE=<framework> names
 another framework than its own, never. FAKE_SPEEDUP=<framework>:<factor>: that framework's worker is `factor` times
 faster, and every paired worker's samples are off by up to ±0.25%, its own amount (from its pid): each trial's ratio
-then differs a little, so two trials give a speedup an interval.
+then differs a little, so two trials give a speedup an interval. FAKE_SLOWER=<factor> (set by an interpreter's shim:
+an environment of its own): its paired workers are `factor` times slower, off by their own amount too.
 """
 import os
 import random
@@ -114,6 +115,8 @@ def serve_paired() -> None:
         framework, factor = os.environ["FAKE_SPEEDUP"].split(":")
         own = 1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025)
         speed = own / float(factor) if framework == request.framework else own
+    if "FAKE_SLOWER" in os.environ:
+        speed = float(os.environ["FAKE_SLOWER"]) * (1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025))
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
