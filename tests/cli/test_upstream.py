@@ -51,10 +51,10 @@ def test_one_venv_where_the_framework_is_the_same_on_both_sides():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", ["inference", "grad", "training"])
+@pytest.mark.parametrize("op", ["grad", "training"])
 def test_the_script_times_every_torch_op_exported(clean, tmp_path, op):
     """lenet's op exported by the torch backend, as side A and B (an A/A): the script runs each side and prints
-    both medians and the ratio."""
+    both medians and the ratio. (An exported inference step: the draft's script in tests/cli/test_versions.py.)"""
     import models
     from experiments.common.protocol import Setup
     from experiments.measure.backends import load
