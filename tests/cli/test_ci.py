@@ -25,8 +25,10 @@ pytestmark = pytest.mark.slow
 def interpreters(tmp_path: Path, head_slower: str = "1") -> tuple[str, str]:
     """The base's and the head's interpreters, each in its own directory; the head's workers `head_slower` times
     slower."""
-    (tmp_path / "base").mkdir(), (tmp_path / "head").mkdir()
-    return fake_interpreter(tmp_path / "base"), fake_interpreter(tmp_path / "head", FAKE_SLOWER=head_slower)
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    return fake_interpreter(base), fake_interpreter(head, FAKE_SLOWER=head_slower)
 
 
 def compare_sh(base: str, head: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -110,13 +110,12 @@ def serve_paired() -> None:
     from experiments.common.protocol import Burst, Command, Prepared, Ready
 
     me = os.environ.get("FAKE_FAULT_SIDE", request.framework) == request.framework
-    speed = 1.0
+    speed, own = 1.0, 1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025)
     if "FAKE_SPEEDUP" in os.environ:
         framework, factor = os.environ["FAKE_SPEEDUP"].split(":")
-        own = 1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025)
         speed = own / float(factor) if framework == request.framework else own
     if "FAKE_SLOWER" in os.environ:
-        speed = float(os.environ["FAKE_SLOWER"]) * (1 + random.Random(os.getpid()).uniform(-0.0025, 0.0025))
+        speed = float(os.environ["FAKE_SLOWER"]) * own
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
