@@ -5,10 +5,13 @@ import subprocess
 import sysconfig
 import venv
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from experiments.measure.reading import Paired
 from experiments.selfcheck import planted as plant
+from experiments.store import records
 from tests.helpers import run_cache, with_store
 
 # nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
@@ -21,6 +24,16 @@ PLANTED_POINT = [f"model={plant.NAME}", "model.n=128", "model.depth=10", "framew
                  "batch_size=32", "ops=[inference]", "bench=quick", "parity=false", "bench.machine_check_s=0"]
 INDEX_VARIABLES = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
                    "UV_FIND_LINKS")
+
+
+def paired_point(sweep_dir: Path, variant: str, baseline: str, judged, params: dict[str, str], slug: str) -> None:
+    """B's point of a one-cell paired sweep, judged against A (`judged`: `judge_pairs`' cell for its op), saved where
+    and as the paired sweep saves it (job 1's point, in the group leader's dir 0): what a stand-in sweep leaves for
+    `compare.paired.verdicts` to read."""
+    reading = SimpleNamespace(ops={}, paired=Paired(variant, baseline, {params["ops"]: judged}))
+    records.Record(f"{params['model']} bs{params['batch_size']} {variant}", slug, "ok", params,
+                   records.paired_metrics(reading), records.paired_tags(reading)).save(
+        sweep_dir / "0" / "job-1" / "points" / slug)
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,9 @@ import pytest
 
 from experiments.common.columns import PAIRED
 from experiments.compare import bisection, environments, paired
-from experiments.measure.reading import Paired
 from experiments.measure.verdict import judge_pairs
 from experiments.selfcheck import planted as plant
-from experiments.store import records
-from tests.cli.conftest import PLANTED_POINT
+from tests.cli.conftest import PLANTED_POINT, paired_point
 from tests.helpers import nnbench, with_store
 
 VERSIONS = [f"1.{i}" for i in range(5)]
@@ -49,10 +47,8 @@ def planted_steps(monkeypatch):
             said["steps"].append((va, vb, n, parent, overrides))
             if said["code"]:
                 return said["code"]
-            reading = SimpleNamespace(ops={}, paired=Paired(label(vb), label(va), {"inference": c}))
-            params = {"model": plant.NAME, "ops": "inference", "batch_size": "32"}
-            records.Record(f"planted bs32 {vb}", SLUG, "ok", params, records.paired_metrics(reading),
-                           records.paired_tags(reading)).save(directory / "0" / "job-1" / "points" / SLUG)
+            paired_point(directory, label(vb), label(va), c, {"model": plant.NAME, "ops": "inference",
+                                                               "batch_size": "32"}, SLUG)
             return 0
 
         monkeypatch.setattr(paired, "sweep", sweep)

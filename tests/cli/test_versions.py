@@ -16,7 +16,7 @@ import pytest
 from experiments.cli import main
 from experiments.harness import manager
 from experiments.selfcheck import planted as plant
-from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT, script
+from tests.cli.conftest import INDEX_VARIABLES, PLANTED_POINT, paired_point, script
 from tests.helpers import OLD_JAX, nnbench, run, run_cache, runs, with_store
 
 VERSIONS = [f"1.{i}" for i in range(5)]
@@ -205,18 +205,14 @@ def test_the_gate_fails_only_where_a_version_is_slower_than_the_one_before(paire
     from types import SimpleNamespace
 
     from experiments.compare import environments, paired, versions
-    from experiments.measure.reading import Paired
     from experiments.measure.verdict import judge_pairs
-    from experiments.store import records
 
     label = "torch-eager fp32 runtime.python={}".format
 
     def sweep(overrides, out, uri, experiment, parent=None, quiet=False):
         (c,) = judge_pairs([[log_ratio + 0.01 * (-1) ** k for k in range(4)]], 0.1, 0.05)
-        reading = SimpleNamespace(ops={}, paired=Paired(label("1.1"), label("1.0"), {"inference": c}))
-        params = {"model": "mlp_relu", "ops": "inference", "batch_size": "2"}
-        records.Record("mlp_relu bs2 1.1", "bs2", "ok", params, records.paired_metrics(reading),
-                       records.paired_tags(reading)).save(out / "0" / "job-1" / "points" / "bs2")
+        paired_point(out, label("1.1"), label("1.0"), c, {"model": "mlp_relu", "ops": "inference", "batch_size": "2"},
+                     "bs2")
         return 0
 
     monkeypatch.setattr(paired, "sweep", sweep)
