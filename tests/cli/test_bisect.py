@@ -12,8 +12,8 @@ import mlflow
 import pytest
 
 from experiments.common.columns import PAIRED
-from experiments.compare import bisection, environments, paired
-from experiments.measure.verdict import judge_pairs
+from experiments.compare import bisection, environments, paired, upstream
+from experiments.measure.verdict import Verdict, judge_pairs
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT, paired_point
 from tests.helpers import nnbench, with_store
@@ -57,11 +57,12 @@ def planted_steps(monkeypatch):
     return plant_
 
 
-def bisected(uri: str) -> tuple[int, dict]:
-    """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v>: its
-    exit code and answer."""
+def bisected(uri: str, issue=None) -> tuple[int, dict]:
+    """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v> (a
+    draft of the first change into the folder `issue`, as --issue asks): its exit code and answer."""
     sweep = environments.Sweep("bisect", tuple(PLANTED_POINT), uri, "nnbench")
-    b = bisection.Bisection(plant.PROJECT, "1.0..1.4", sweep, None, DESIGN.threshold, DESIGN.alpha, DESIGN)
+    b = bisection.Bisection(plant.PROJECT, "1.0..1.4", sweep, None, DESIGN.threshold, DESIGN.alpha, DESIGN,
+                            issue=issue)
     job = SimpleNamespace(config=SimpleNamespace(model={"name": plant.NAME}), variant="torch-eager fp32",
                           points=[SimpleNamespace(batch_size=32, ops=("inference",))])
     r = environments.Range(plant.PROJECT, VERSIONS, None)
@@ -101,6 +102,24 @@ def test_the_planted_step_is_found_in_log2_steps(planted_steps, paired_store, ca
     for _, _, _, under, overrides in said["steps"]:  # each step: the paired sweep along the environments
         assert under == parent["run_id"] and "report.along=runtime.python" in overrides
         assert {"bench.processes=6", "bench.max_processes=12", "bench.rounds=3"} <= set(overrides)
+
+
+def test_the_first_change_goes_to_the_upstream_drafter_with_the_bisect_s_command(planted_steps, paired_store,
+                                                                                 monkeypatch, tmp_path, capsys):
+    """--issue DIR: the first change's step (its sweep's verdicts, as the paired report reads them) is what the
+    upstream drafter is given, with the bisect's own command (the drafter's exports, script and draft are run end to
+    end by test_versions.py)."""
+    planted_steps({v: 1.05 if v >= "1.3" else 1.0 for v in VERSIONS}, 0.01)
+    asked = []
+    monkeypatch.setattr(upstream, "drafts", lambda rows, sweep, out, command: asked.append(
+        (rows, sweep, out, command)) or [out / "cell" / "draft.md"])
+    assert bisected(paired_store, issue=tmp_path / "drafts")[0] == 0
+    ((rows, sweep, out, command),) = asked
+    assert out == tmp_path / "drafts" and sweep.name == "1.2-1.3"
+    assert command == f"nnbench bisect {plant.PROJECT} 1.0..1.4 {' '.join(PLANTED_POINT)}"
+    (row,) = rows
+    assert (row.variant, row.baseline, row.verdict) == (label("1.3"), label("1.2"), Verdict.SLOWER)
+    assert f"upstream draft: {tmp_path / 'drafts' / 'cell' / 'draft.md'}" in capsys.readouterr().err
 
 
 def test_no_change_between_the_ends_stops_there(planted_steps, paired_store, capsys):
@@ -144,18 +163,12 @@ def test_an_interrupted_step_ends_the_bisect_killed_and_says_nothing_more(plante
 def test_a_planted_regression_is_found_and_placed(planted, tmp_path):
     """nnbench-planted 1.0.1..1.2 (1.1 and 1.2 do 60% more work than 1.0.1): the ends are compared paired, then 1.1
     against the start, which is the first changed version's step too: two paired sweeps, nested under the bisect's
-    parent, the regression placed at 1.1, where the time went said (matmul: both sides profiled by default), and an
-    upstream report drafted for it."""
+    parent, the regression placed at 1.1, and where the time went said (matmul: both sides profiled by default)."""
     uri = f"sqlite:///{with_store(tmp_path)}/mlruns/mlflow.db"
     with planted.offline():
         r = nnbench("bisect", [plant.PROJECT, "1.0.1..1.2", "--index-url", planted.url, *PLANTED_POINT, "--pairs", "2",
-                               "--max-pairs", "6", "--bursts", "5", "--threshold", "10%", "--uri", uri,
-                               "--issue", str(tmp_path / "drafts")], tmp_path)
+                               "--max-pairs", "6", "--bursts", "5", "--threshold", "10%", "--uri", uri], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (draft,) = (tmp_path / "drafts").glob("*/draft.md")  # the first change's upstream report, with its script
-    assert draft.parent.name == f"{plant.NAME}-inference-bs32-torch-{plant.PROJECT}==1.1"
-    assert (draft.parent / "repro.py").is_file()
-    assert f"nnbench bisect {plant.PROJECT} 1.0.1..1.2" in draft.read_text() and "slower" in draft.read_text()
     head = next(ln for ln in r.stdout.splitlines() if ln.startswith("first changed at"))
     assert head.startswith(f"first changed at {plant.PROJECT} 1.1 (1.0.1 → 1.1): ×") and ", slower, " in head, head
     where = r.stdout.splitlines()[r.stdout.splitlines().index(head) + 1]  # profiled by default: its 60% more matmuls
