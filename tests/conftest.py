@@ -18,6 +18,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # programs are, their FLOP counts, how often they compile), only the machine code is left slower, and each of the
 # suite's hundreds of small programs compiles in less CPU (the jax tests of tests/measure and tests/models: a fifth).
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# Likewise inductor's C++ kernels are compiled as plain loops, without SIMD: every graph, fusion and kernel is still
+# made (how often a step compiles, its kernels in a profile), only the machine code is slower, and each of the suite's
+# torch.compile graphs compiles in about a quarter less CPU (its kernels' compiles are most of it).
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 import models
 from experiments.common.config import register
