@@ -1,4 +1,5 @@
 """Shared fixtures: composing the real config, a misbehaving stand-in interpreter, and skipping GPU tests."""
+import collections
 import os
 import shutil
 import subprocess
@@ -83,18 +84,25 @@ def pytest_xdist_auto_num_workers(config):
 
 
 # The directories whose modules run whole sweeps (seconds to minutes each, often waiting on a cluster or a server):
-# their modules go first, so no long module is started last and ends the run alone. xdist keeps this order
-# (pyproject's --no-loadscope-reorder: its own order, by the number of tests, put those few-test modules last).
+# their modules go first, in this order, so no long module is started last and ends the run alone; the other modules
+# follow by their number of tests, the most first (the in-process ones that compute each case, tests/measure's
+# profiles among them, take longest). xdist keeps this order (pyproject's --no-loadscope-reorder: its own order, by
+# the number of tests alone, put those few-test sweep modules last).
 FIRST = ("sweep", "cli", "models")
 
 
-def first(item) -> int:
-    parts = item.nodeid.split("/")
-    return FIRST.index(parts[1]) if len(parts) > 2 and parts[1] in FIRST else len(FIRST)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=first)  # stable: each module's tests keep their order
+    def order(item) -> tuple[int, int]:
+        parts = item.nodeid.split("/")
+        if len(parts) > 2 and parts[1] in FIRST:
+            return FIRST.index(parts[1]), 0
+        return len(FIRST), -sizes[module(item)]
+
+    def module(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    sizes = collections.Counter(map(module, items))
+    items.sort(key=order)  # stable: each module's tests keep their order
     others = set(models.available()) - set(FAST_MODELS)
     for item in items:
         if getattr(item, "callspec", None) and item.callspec.params.get("name") in others:
