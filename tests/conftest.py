@@ -89,11 +89,17 @@ def pytest_xdist_auto_num_workers(config):
 # profiles among them, take longest). xdist keeps this order (pyproject's --no-loadscope-reorder: its own order, by
 # the number of tests alone, put those few-test sweep modules last).
 FIRST = ("sweep", "cli", "models")
+# The modules whose tests wait on the SLURM cluster most of their time (its scheduling, submitit's polling, a job's
+# time limit) start apart, each at the head of one of FIRST's turns, so they run one after another: two workers that
+# waited at once left a core idle (a quarter of the cores, for the minute and a half the two overlapped).
+CLUSTER = ("tests/sweep/test_cluster.py", "tests/sweep/test_requeue.py", "tests/sweep/test_resume.py")
 
 
 def pytest_collection_modifyitems(config, items):
     def order(item) -> tuple[int, int]:
         parts = item.nodeid.split("/")
+        if module(item) in CLUSTER:
+            return CLUSTER.index(module(item)), -1
         if len(parts) > 2 and parts[1] in FIRST:
             return FIRST.index(parts[1]), 0
         return len(FIRST), -sizes[module(item)]
