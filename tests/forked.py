@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 # The libraries a sweep's parent and the nnbench commands import between them; the workers' frameworks stay out.
-# The second line: what a sweep imports once it opens its store and logs (MLflow's SQL store, its run context's git
+# The last six: what a sweep imports once it opens its store and logs (MLflow's SQL store, its run context's git
 # and tracing, pandas' plotting, the tables' text widths), a fifth of a second of CPU in every sweep.
 PRELOAD = ["mlflow", "mlflow.tracking", "mlflow.store.db.utils", "hydra.main", "hydra._internal.utils",
            "hydra._internal.core_plugins.basic_sweeper", "hydra.core.config_store", "omegaconf", "pandas",
