@@ -143,5 +143,7 @@ class Sweep:
             f.write("." * n)
         state, done = self.read(), self.progress.stat().st_size
         total = max(state.measurements or state.points or done, done)
+        if not done:  # a point passed on before anything was measured (a variant skipped): no rate yet
+            return f"[0/{total}]"
         eta = (time.time() - state.start) / done * max(total - done, 0)
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"

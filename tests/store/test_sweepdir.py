@@ -61,4 +61,5 @@ def test_only_saved_points_count_and_progress_is_counted_on_disk(tmp_path):
         (d / (META if saved else "config.yaml")).write_text("{}")
     assert sweep.point_dirs() == [tmp_path / "0" / "points" / "a"]  # record.json is written last
     assert Sweep.above(tmp_path / "0" / "points" / "a").directory == tmp_path
+    assert sweep.tick(0) == "[0/4]"  # a variant skipped before anything was measured: no rate, no ETA
     assert sweep.tick().startswith("[1/4, ETA") and sweep.tick().startswith("[2/4, ETA")
