@@ -122,14 +122,16 @@ class Trial(Json):
     stderr_tail: str = ""
     meter: dict[str, float] = field(default_factory=dict)  # the parent's `meter()` change over the rounds
 
-    def background_cores(self) -> float:
+    def background_cores(self) -> float | None:
         """Other processes' CPU use over the cell's rounds, in cores: the machine's busy time less this trial's
         workers' (each one's whole CPU time: its bursts, and answering the parent between them) and the parent's own,
         which drives them between bursts. Read once over the rounds, not per burst: the kernel counts idle time in
-        10 ms ticks, ±0.5 core per 20 ms burst."""
+        10 ms ticks, ±0.5 core per 20 ms burst. None where the machine hides its busy time (meter.cpu_times)."""
         m = self.meter
         if not m or m["wall_s"] <= 0:
             return 0.0
+        if "busy_cpu_s" not in m:
+            return None
         return max(0.0, (m["busy_cpu_s"] - m["own_cpu_s"] - m["workers_cpu_s"]) / m["wall_s"])
 
     def log_ratio(self, side: int, base: int) -> float | None:
@@ -156,7 +158,7 @@ class Compared(Json):
         """The trials whose ratio lies far off the others' while another program ran (`stats.far_trials`), with why:
         kept on disk, left out of the judgement; the cell's next trials take their place."""
         both = self.measured_both(side, base)
-        far = stats.far_trials([t.log_ratio(side, base) for t in both], [t.background_cores() for t in both])
+        far = stats.far_trials([t.log_ratio(side, base) for t in both], [t.background_cores() or 0.0 for t in both])
         return [(both[i], why) for i, why in far]
 
     def measured_both(self, side: int, base: int) -> list[Trial]:

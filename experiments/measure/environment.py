@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from experiments.measure.meter import load_average
+
 # Environment variables that change what is measured; nothing else is ever read.
 ENVIRON_FLAGS = (
     "XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "JAX_PLATFORMS",
@@ -87,7 +89,7 @@ def machine_record() -> dict[str, float]:
     """The machine's numeric facts (metrics: the UI sorts and charts them), read when the worker starts."""
     rec = {"cpu_count_logical": psutil.cpu_count(logical=True), "cpu_count_physical": psutil.cpu_count(logical=False),
            "memory_total_bytes": psutil.virtual_memory().total,
-           "load_avg_1m": os.getloadavg()[0]}  # a busy host explains noisy numbers
+           "load_avg_1m": load_average()}  # a busy host explains noisy numbers (None: the machine hides it)
     if hasattr(os, "sched_getaffinity"):
         rec["cpu_affinity"] = len(os.sched_getaffinity(0))  # the cores this process may run on
     return {k: float(v) for k, v in rec.items() if v is not None}

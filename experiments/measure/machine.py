@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from experiments.measure.meter import background_cores, meter
+from experiments.measure.meter import background_cores, load_average, meter
 
 WINDOW_S = 0.2  # one window: a second-long plateau (seen here) spans several, so they show it
 UNIT_S = 0.002  # one timed unit of the fixed loop
@@ -30,22 +30,25 @@ class MachineCheck:
 
     window_sd: float  # SD of the log of the windows' median unit times: the machine's own drift
     window_spread: float  # slowest window's median over the fastest one's
-    other_cores: float  # other processes' CPU use on this machine during the check, in cores
-    load_avg_1m: float
+    other_cores: float | None  # other processes' CPU use on this machine during the check, in cores (None: hidden)
+    load_avg_1m: float | None  # None: the machine doesn't show it (meter.load_average)
     cores: int  # the cores this process may run on
     facts: dict[str, str] = field(default_factory=dict)  # governor, frequency, SMT
 
     @property
     def noisy(self) -> bool:
-        return self.window_sd > NOISY_WINDOW_SD or self.other_cores > NOISY_OTHER_CORES
+        return self.window_sd > NOISY_WINDOW_SD or (self.other_cores or 0.0) > NOISY_OTHER_CORES
 
     def metrics(self) -> dict[str, float]:
         return {f"machine_{k}": float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
 
     def line(self) -> str:
         """One line for the console, saying plainly when the machine itself limits precision."""
+        others = ("other processes' CPU use unknown (this machine's /proc/stat reads zeros)"
+                  if self.other_cores is None else f"other processes used {self.other_cores:.2f} of {self.cores} cores")
+        load = "unknown" if self.load_avg_1m is None else f"{self.load_avg_1m:.2f}"
         what = (f"a fixed loop's {WINDOW_S * 1e3:.0f} ms windows spread {self.window_spread:.2f}× "
-                f"(SD {self.window_sd:.1%}), other processes used {self.other_cores:.2f} of {self.cores} cores, load {self.load_avg_1m:.2f}")
+                f"(SD {self.window_sd:.1%}), {others}, load {load}")
         if not self.noisy:
             return f"machine check: quiet: {what}"
         return (f"machine check: NOISY: {what}: this machine itself limits precision to about ±{self.window_sd:.0%} "
@@ -82,7 +85,10 @@ def facts() -> dict[str, str]:
         except OSError:
             continue
         out[name] = str(int(value) // 1000) if name == "max_mhz" else value
-    freq = psutil.cpu_freq()
+    try:
+        freq = psutil.cpu_freq()
+    except (OSError, psutil.Error, NotImplementedError):  # a sandbox without /sys's cpufreq
+        freq = None
     if freq and freq.current:
         out["mhz"] = f"{freq.current:.0f}"
     return out
@@ -105,7 +111,7 @@ def check(duration_s: float = 2.0) -> MachineCheck:
     logs = np.log(windows)
     return MachineCheck(window_sd=float(np.std(logs, ddof=1)) if len(windows) > 1 else 0.0,
                         window_spread=max(windows) / min(windows),
-                        other_cores=background_cores({k: after[k] - before[k] for k in after}), load_avg_1m=os.getloadavg()[0],
+                        other_cores=background_cores({k: after[k] - before[k] for k in after}), load_avg_1m=load_average(),
                         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                         facts=facts())
 

@@ -201,6 +201,6 @@ def agree(args: argparse.Namespace) -> int:
     after = meter()
     others = background_cores({k: after[k] - meter_before[k] for k in after})
     print(f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(os.getloadavg())}; other "
-          f"processes used {others:.2f} of {psutil.cpu_count()} cores meanwhile")
+          f"processes used {'unknown' if others is None else f'{others:.2f}'} of {psutil.cpu_count()} cores meanwhile")
     print(f"max |ratio-1| = {worst:.4f}")
     return 0

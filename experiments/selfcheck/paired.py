@@ -105,7 +105,7 @@ def ok(r: pairs.Trial) -> bool:
 
 
 def busy(r: pairs.Trial) -> float:
-    return r.background_cores() if ok(r) else math.nan
+    return (r.background_cores() or math.nan) if ok(r) else math.nan  # nan: not measured, or hidden
 
 
 def estimators(r: pairs.Trial) -> tuple[float, float, float, float]:
