@@ -86,7 +86,7 @@ def run(request: Request, job_dir: Path, timeout_s: float, runner: Runner,
             raise
     tail = stderr_path.read_text(errors="replace")[-3000:]
     if reason is None and rc != 0:
-        reason = manager.exit_reason(rc, "runner")
+        reason = manager.exit_reason(rc, "runner", stderr_path)
     if reason is None:
         try:
             found = results(lines.parse(stdout_path.read_text(errors="replace")), runner.name, request.model["name"],

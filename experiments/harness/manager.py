@@ -36,12 +36,26 @@ def environ(allocator: str = "system", cache: Path | None = None) -> dict[str, s
     return out
 
 
-def exit_reason(rc: int, who: str = "worker") -> str:
+def exit_reason(rc: int, who: str = "worker", log: Path | None = None) -> str:
+    """Why a process ended, in one line: the signal that killed it, or its exit code and the last line it wrote to
+    `log` (a Python exception's type and message, e.g. `KeyError: 'VmHWM'`), so the reason reaches the console."""
     if rc < 0:
         name = signal.Signals(-rc).name
         hint = " (likely out of memory)" if -rc == signal.SIGKILL else ""
         return f"{who} killed by {name}{hint}"
-    return f"{who} exited with code {rc}"
+    said = last_line(log)
+    return f"{who} exited with code {rc}" + (f": {said}" if said else "")
+
+
+def last_line(log: Path | None) -> str:
+    """The last line written to a process's log, cut to 300 characters ("" where there is none)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except (OSError, TypeError):  # no log (TypeError: none given), or one that can't be read
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def cache_environ(directory: Path | None) -> dict[str, str]:
@@ -267,7 +281,7 @@ def run(request: Request, job_dir: Path, timeout_s: float, on_result: Callable[[
             launcher = dataclasses.replace(launcher, server=None)  # spawn the rest
         worker = worker or launcher.spawn(request_path, results_path, log_path)
         try:
-            reason = watch(worker, results_path, offset, timeout_s, take)
+            reason = watch(worker, results_path, offset, timeout_s, take, log_path)
         except BaseException:  # a harness error or an interrupt: never leave the worker measuring
             worker.kill()
             raise
@@ -278,9 +292,10 @@ def run(request: Request, job_dir: Path, timeout_s: float, on_result: Callable[[
     return out
 
 
-def watch(worker: Worker, results: Path, offset: int, timeout_s: float,
-          take: Callable[[PointResult], None]) -> str | None:
-    """Pass on new results while the worker runs; each point gets timeout_s from the end of the previous one."""
+def watch(worker: Worker, results: Path, offset: int, timeout_s: float, take: Callable[[PointResult], None],
+          log: Path | None = None) -> str | None:
+    """Pass on new results while the worker runs; each point gets timeout_s from the end of the previous one. Why it
+    ended without them (`log`: its output, whose last line says why), or None."""
     deadline = time.monotonic() + timeout_s
     while True:
         rc = worker.wait(0.5)
@@ -289,7 +304,7 @@ def watch(worker: Worker, results: Path, offset: int, timeout_s: float,
             take(PointResult.from_json(line))
             deadline = time.monotonic() + timeout_s
         if rc is not None:
-            return None if rc == 0 else exit_reason(rc)
+            return None if rc == 0 else exit_reason(rc, log=log)
         if time.monotonic() > deadline:
             worker.kill()
             return f"timed out: no result within bench.timeout_s={timeout_s:g} s"

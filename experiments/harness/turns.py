@@ -80,7 +80,8 @@ class PairedWorker:
         deadline = time.monotonic() + self.side.timeout_s
         while not select.select([self.listener], [], [], 0.5)[0]:
             if self.wait(0) is not None:
-                raise self.failed(f"{manager.exit_reason(self.rc, f'worker {self.name}')} before it connected")
+                raise self.failed(manager.exit_reason(self.rc, f"worker {self.name}", self.log) + " (before it "
+                                  "connected)")
             if time.monotonic() > deadline:
                 raise self.failed(f"worker {self.name} did not connect within {self.side.timeout_s:g} s")
         self.conn, _ = self.listener.accept()
@@ -102,7 +103,7 @@ class PairedWorker:
                 data = b""
             if not data:
                 rc = self.wait(5)
-                raise self.failed(manager.exit_reason(rc, f"worker {self.name}") if rc is not None else
+                raise self.failed(manager.exit_reason(rc, f"worker {self.name}", self.log) if rc is not None else
                                   f"worker {self.name} hung up")
             self.buffer += data
         line, self.buffer = self.buffer.split(b"\n", 1)

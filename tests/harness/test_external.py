@@ -54,7 +54,7 @@ def test_samples_give_the_statistics_and_a_missing_timing_fails_its_point():
     (f"{sys.executable} -c 'import sys; print(\"TIMING\\tReference\\tmlp_relu\\tinference\\t2\"); sys.exit(0)'",
      "the runner printed a malformed line: line 1: TIMING needs 6 tab-separated fields, got 5: "
      "'TIMING\\tReference\\tmlp_relu\\tinference\\t2'"),
-    (f"{sys.executable} -c 'import sys; print(\"boom\", file=sys.stderr); sys.exit(3)'", "runner exited with code 3"),
+    (f"{sys.executable} -c 'import sys; print(\"boom\", file=sys.stderr); sys.exit(3)'", "runner exited with code 3: boom"),
     (f"{sys.executable} -c 'import time; time.sleep(30)'", "timed out: no exit within bench.timeout_s=0.5 s per point"),
 ])
 def test_a_bad_runner_fails_every_point_with_its_reason(tmp_path, command, reason):

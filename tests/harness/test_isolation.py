@@ -21,7 +21,7 @@ def request(n_points: int) -> Request:
 @pytest.mark.parametrize("fault,reason", [
     ("segv", "worker killed by SIGSEGV"),
     ("oom", "worker killed by SIGKILL (likely out of memory)"),
-    ("raise", "worker exited with code 1"),
+    ("raise", "worker exited with code 1: RuntimeError: CUDA error: out of memory"),
 ])
 def test_crash_fails_only_its_point(tmp_path, fake_python, monkeypatch, fault, reason):
     monkeypatch.setenv("FAKE_FAULT", fault)
@@ -76,7 +76,7 @@ def test_new_lines_leave_a_partial_last_line_for_the_next_poll(tmp_path):
 @pytest.mark.parametrize("fault,reason", [
     ("segv", "worker A killed by SIGSEGV"),
     ("oom", "worker A killed by SIGKILL (likely out of memory)"),
-    ("raise", "worker A exited with code 1"),
+    ("raise", "worker A exited with code 1: RuntimeError: CUDA error: out of memory"),
     ("hang", "worker A gave no answer within 2 s"),
 ])
 def test_a_fault_on_a_cell_fails_only_its_sides_point(tmp_path, fake_python, monkeypatch, make_cfg, fault, reason):
