@@ -144,6 +144,10 @@ def finish(sweep: Sweep, report) -> int:
     sweep.end("finished" if complete else "incomplete")
     if complete:
         print(o.line())
+        if o.kept and not o.counts["ok"]:
+            print(f"nnbench: error: no point was measured: each one's reason is above and on its run "
+                  f"(failure_reason, skip_reason_<op>), the points in {sweep.directory}", file=sys.stderr)
+            return LOST
         if report.fail_on_regression and slower:
             print(f"nnbench: error: slower than {baseline} (paired, report.fail_on_regression=true): "
                   f"{'; '.join(slower)}", file=sys.stderr)

@@ -97,3 +97,15 @@ def test_a_sweeps_parent_and_a_commands_end_alike(uri, tmp_path, monkeypatch, ou
     closed, code = sweep_parent(uri, tmp_path / "sweep", outcome)
     assert closed == command_parent(uri, outcome) == status
     assert code == {"whole": 0, "lost": LOST}.get(outcome)  # a point lost is the sweep's failure, not only its run's
+
+
+def test_a_sweep_that_measured_no_point_exits_1_and_says_so(opened, tmp_path, monkeypatch, capsys):
+    """Every point skipped or failed, each kept and logged: the sweep is complete, and still it measured nothing."""
+    sweep = Sweep(tmp_path / "sweep")
+    monkeypatch.setattr(ending, "close_parent", lambda *a, **k: (2, []))
+    for counts, code in (({"skipped": 1, "failed": 1}, LOST), ({"ok": 1, "failed": 1}, 0)):
+        monkeypatch.setattr(ending, "outcome", lambda s, state: ending.Outcome(ending.Counter(**counts), planned=2))
+        assert ending.finish(sweep, SimpleNamespace(baseline=DEFAULT_BASELINE, fail_on_regression=False)) == code
+        out, err = capsys.readouterr()
+        assert out.strip().splitlines()[-1] == ending.Outcome(ending.Counter(**counts)).line()
+        assert ("nnbench: error: no point was measured" in err) == (code == LOST)

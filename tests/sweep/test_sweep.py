@@ -329,10 +329,10 @@ SPEEDUP = "speedup_{op}_jax-jit_fp32_vs_torch-eager_fp32"  # the README sweep's 
 @pytest.mark.slow
 def test_an_op_the_model_lacks_is_a_finished_run_marked_skipped(tmp_path):
     """matmul_chain has constant weights, so no training step: FINISHED with outcome=skipped, not KILLED; the sweep's
-    parent counts it skipped, not finished."""
+    parent counts it skipped, not finished, and the sweep, which measured nothing, exits 1."""
     r = run(["-m", "framework=torch", "model=matmul_chain", "model.n=64", "batch_size=4", "ops=[training]",
              "bench=quick"], cwd=with_store(tmp_path))
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 1 and "nnbench: error: no point was measured" in r.stderr, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert df["status"].tolist() == ["FINISHED"] and df["tags.outcome"].tolist() == ["skipped"] and "constant weights" in df["tags.skip_reason_training"][0]
     assert r.stdout.strip().splitlines()[-1] == "0 finished, 1 skipped, 0 failed"
