@@ -28,6 +28,9 @@ class Job:
     # count them (a user's network, counted by one framework for both): what the sweep's parity process found.
     tags: dict[str, str] = field(default_factory=dict)
     flops: dict[str, int] = field(default_factory=dict)
+    # The frameworks its sweep measures its model with, where the sweep says (a parity check compares two): () is
+    # not said, and a job alone is checked as though both were.
+    frameworks: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:

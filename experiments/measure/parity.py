@@ -24,6 +24,7 @@ from experiments.measure.backends import SMOKE, load, module
 from experiments.measure.flops import flops, source
 from models import Model, Network, is_stat
 
+SIDES = ("jax", "torch")  # the frameworks compared
 TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the largest magnitude in it (as the tests)
 # A gradient is compared relative to at least this fraction of the largest gradient of any parameter (an absolute
 # tolerance of 1e-6 of it, as tests/measure/test_parity.py): a conv bias before a BatchNorm in training mode has a
@@ -83,7 +84,7 @@ def check(spec: Model, seed: int = 0, batch: int = 2) -> Parity:
         if spec.weights is None:
             return Parity("unchecked", reason="no weight map (Network.weights): the two sides' weights can't be "
                           "made equal", params=dict(spec.params))
-    for framework in ("jax", "torch"):
+    for framework in SIDES:
         load(framework).configure(SMOKE[framework])
     try:
         return network(spec, seed, batch) if isinstance(spec, Network) else layers(spec, seed, batch)

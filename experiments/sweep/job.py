@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from experiments.common.config import logged
 from experiments.common.errors import BadInput, fail, first_line
 from experiments.common.job import Job
 from experiments.common.protocol import PointResult
@@ -133,7 +134,8 @@ def members(this: Job, number: int, state: SweepState, sweep_dir: Path, out: Pat
     for n in numbers:
         fingerprint = state.fingerprints[n] if n < len(state.fingerprints) else this.fingerprint
         job = this if n == number else state.todo(cells.sibling(state.configs[n], fingerprint), n)
-        job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint)
+        job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint,
+                                  frameworks=proof.measured_with(state.configs, logged(job.config)["model"]))
         if multirun:
             job = requeue.again(job, state, out_of[n])
         group.append((proof.tagged(job, sweep_dir), out_of[n]))

@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,12 +18,15 @@ from experiments.common.config import EXTERNAL
 from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.measure.flops import source as flops_source
-from experiments.measure.parity import Parity, Proof
+from experiments.measure.parity import SIDES, Parity, Proof
 from experiments.measure.parity import check as parity_check
 from models import Model, ModelSpec, Network
 
 log = logging.getLogger("nnbench")
 PROOFS = "parity"  # in the sweep's dir: one <key>.json per model, keys and points
+# The parity process compares and counts on the CPU; jax would otherwise open every platform it has: a TPU chip
+# that a worker holds (only one process may) would stop it, or it would take the chip from the next worker.
+HELPER = {"JAX_PLATFORMS": "cpu"}
 
 
 def sides(spec: Model) -> dict[str, int]:
@@ -55,9 +59,19 @@ def checks(job: Job) -> bool:
     return job.config.parity and job.config.framework.name != EXTERNAL
 
 
+def alone(job: Job) -> bool:
+    """Whether the job's sweep measures its model with one framework only: nothing to compare it with."""
+    return bool(job.frameworks) and not set(SIDES) <= set(job.frameworks)
+
+
 def compares(job: Job) -> bool:
     """Whether the parity process compares the frameworks (else it only counts a network's FLOPs)."""
-    return checks(job) and checkable(job.spec)
+    return checks(job) and checkable(job.spec) and not alone(job)
+
+
+def measured_with(configs: list[dict], model: dict) -> tuple[str, ...]:
+    """The frameworks a sweep's jobs (their configs as logged) measure a model with."""
+    return tuple(sorted({str(c["framework"]["name"]) for c in configs if c.get("model") == model}))
 
 
 def key(job: Job) -> str:
@@ -73,7 +87,7 @@ def ask(job: Job, timeout_s: float) -> tuple[Proof, bool]:
     flops_only = [] if compares(job) else ["--flops-only"]
     cmd = [job.python, "-m", "experiments.measure.parity", *flops_only, json.dumps(dict(job.config.model)), *points]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ | HELPER)
     except subprocess.TimeoutExpired:
         why = f"the parity check ran past {timeout_s:.0f} s (bench.timeout_s)"
         return Proof(Parity("failed", reason=why), []), False
@@ -116,7 +130,9 @@ def tagged(job: Job, directory: Path) -> Job:
             got = Proof(Parity("unchecked", reason=f"the parity check's answer could not be kept: {first_line(e)}"), [])
     unchecked = "framework=external: the runner's own code, not checked" if job.config.parity \
         else "parity=false: not checked"
-    parity = Parity("unchecked", reason=unchecked) if not check \
+    if alone(job):
+        unchecked = f"only {' and '.join(job.frameworks)} measures it in this sweep: nothing to compare it with"
+    parity = Parity("unchecked", reason=unchecked) if not check or alone(job) \
         else got.parity if compares(job) else parity_check(spec)  # unchecked at once, with the reason
     counts = sides(spec)
     tags = source_tags(spec) | {"parity": parity.status, "flops_source": flops_source(spec),

@@ -3,6 +3,7 @@ where the FLOPs come from, the parameter count per framework, the network's sour
 and a framework the network lacks, skipped in the parent with the reason."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -95,6 +96,21 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
     first = collector.done[0].record
     assert first.tags["parity"] == "unchecked" and first.run_name.startswith("conv · ")
     assert processes.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
+
+
+def test_a_sweep_of_one_framework_compares_nothing(make_cfg, tmp_path, monkeypatch):
+    """A jax-only sweep (or `nnbench ab runtime.python=A,B framework=torch`) starts no parity process: nothing to
+    compare with; a sweep of both frameworks would, and a job alone (its sweep unsaid) still does."""
+    monkeypatch.setattr(proof, "ask", lambda j, t: pytest.fail("a parity process for a one-framework sweep"))
+    lenet = preflight.job(preflight.typed(make_cfg("framework=jax", "model=lenet", "bench=quick")))
+    configs = [{"framework": {"name": fw}, "model": {"name": "lenet"}} for fw in ("jax", "jax")]
+    alone = dataclasses.replace(lenet, frameworks=proof.measured_with(configs, {"name": "lenet"}))
+    tagged = proof.tagged(alone, tmp_path)
+    assert tagged.tags["parity"] == "unchecked" and not (tmp_path / proof.PROOFS).exists()
+    assert tagged.tags["parity_reason"] == "only jax measures it in this sweep: nothing to compare it with"
+    both = configs + [{"framework": {"name": "torch"}, "model": {"name": "lenet"}}]
+    assert proof.compares(dataclasses.replace(lenet, frameworks=proof.measured_with(both, {"name": "lenet"})))
+    assert proof.compares(lenet) and not proof.measured_with(both, {"name": "mlp_relu"})
 
 
 def test_editing_the_file_changes_the_resume_key(make_cfg, nets, tmp_path, monkeypatch):
