@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field, fields
@@ -21,6 +20,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, OmegaConf
 
+from experiments.common.devices import accelerated
 from experiments.common.protocol import Budget
 
 ROOT = Path(__file__).resolve().parents[2]  # the suite's checkout (conf/, experiments/, models/)
@@ -75,9 +75,10 @@ class Precision(StrEnum):
 
 
 class Device(StrEnum):
-    auto = "auto"
+    auto = "auto"  # the accelerator the framework sees (jax: a TPU, then a GPU; torch: a GPU), else the CPU
     cpu = "cpu"
     gpu = "gpu"
+    tpu = "tpu"
 
 
 class MemoryFormat(StrEnum):
@@ -200,7 +201,7 @@ class Config:
     bench: BenchConf = MISSING  # conf/bench/*.yaml sets every key
     batch_size: Optional[int] = None  # null: the model's batch lists (inference and training differ); an int: that size
     ops: list[Op] = field(default_factory=lambda: [Op.inference, Op.training])  # grad: the loss gradient only
-    device: Device = Device.auto  # auto: the GPU if the framework sees one, else the CPU; gpu fails without one
+    device: Device = Device.auto  # auto: the accelerator the framework sees, else the CPU; gpu, tpu fail without one
     seed: int = 0  # of the weights and inputs: the same numpy arrays for both frameworks
     repeat: int = 0  # replicate index: repeat=0,1,2 measures every point in 3 rounds of fresh processes
     resume: bool = False  # skip points with a FINISHED run of the same config and environment in the store
@@ -288,10 +289,7 @@ def installed_models() -> dict[str, Any]:
 UNIQUE = secrets.token_hex(3)
 
 
-def size_for_device(device: Device | str, gpu_size: int, cpu_size: int) -> int:
-    """`${nnbench.size:${device},GPU,CPU}`: a preset's size where it will run (auto: a GPU if nvidia-smi sees one)."""
-    device = getattr(device, "value", device)
-    if device == "auto":
-        smi = shutil.which("nvidia-smi")
-        device = "gpu" if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0 else "cpu"
-    return gpu_size if device == "gpu" else cpu_size
+def size_for_device(device: Device | str, accelerator_size: int, cpu_size: int) -> int:
+    """`${nnbench.size:${device},ACCELERATOR,CPU}`: a preset's size where it will run: a GPU's or a TPU's (device=gpu,
+    tpu, or auto on a machine that has one), else the CPU's."""
+    return accelerator_size if accelerated(getattr(device, "value", device)) else cpu_size

@@ -217,7 +217,7 @@ def probe(framework: str, setup: str) -> int:
         s = Setup.from_json(setup)
         pin(framework, s.threads)
         backend = load(framework)
-        print(backend.configure(s))
+        print(backend.probe(s))  # a device only one process may hold stays closed: a worker may need it
         print(fingerprint(environment(backend, s)))
     except ImportError as e:
         print(f"{e} (in {sys.executable}): install it (pip install -e . in that environment)")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import models
-from experiments.measure.backends import Unavailable, Unsupported, load, module
+from experiments.common.devices import Present
+from experiments.measure.backends import Unavailable, Unsupported, choose, load, module
 from experiments.common.config import OPS, backends
 from experiments.common.protocol import Setup
 from tests.helpers import FORMAT, SEEDS, TORCH_COMPILED, gpu_visible, tiny
@@ -106,6 +107,60 @@ def test_gpu_request_without_gpu_fails_loudly(fw):
         pytest.skip(f"{fw} sees a GPU")
     with pytest.raises(Unavailable, match="device=gpu"):
         load(fw).configure(Setup("fp32", "gpu", memory_format=FORMAT[fw]))
+
+
+JAX, TORCH = ADAPTERS["jax"].PLATFORMS, ADAPTERS["torch"].PLATFORMS
+TPU_HOST = Present(("TPU v5 lite",))
+FAILED = "Backend 'tpu' failed to initialize: lockfile"
+
+
+@pytest.mark.parametrize("platforms,wanted,seen,machine,chosen", [
+    (JAX, "auto", {"tpu": None, "gpu": "none", "cpu": None}, TPU_HOST, "tpu"),  # jax: a TPU first...
+    (JAX, "auto", {"tpu": "none", "gpu": None, "cpu": None}, Present(gpu=True), "gpu"),  # ...then a GPU...
+    (JAX, "auto", {"tpu": "none", "gpu": "none", "cpu": None}, Present(), "cpu"),  # ...else the CPU
+    (TORCH, "auto", {"gpu": "a CPU build", "cpu": None}, TPU_HOST, "cpu"),  # torch beside a TPU: the host CPU
+    (JAX, "cpu", {"tpu": None, "cpu": None}, TPU_HOST, "cpu"),
+    (JAX, "tpu", {"tpu": None, "cpu": None}, TPU_HOST, "tpu"),
+])
+def test_each_framework_takes_the_accelerator_it_sees(platforms, wanted, seen, machine, chosen):
+    assert choose(platforms, wanted, seen, machine) == chosen
+
+
+@pytest.mark.parametrize("platforms,wanted,seen,machine,said", [
+    (JAX, "auto", {"tpu": FAILED, "cpu": None}, TPU_HOST,  # never a silent fallback to the CPU
+     f"device=auto: this machine has a TPU v5 lite, but jax sees no TPU ({FAILED}): install jax's TPU build"),
+    (JAX, "tpu", {"tpu": "no TPU", "cpu": None}, Present(), "device=tpu: jax sees no TPU (no TPU): install"),
+    (TORCH, "tpu", {"gpu": None, "cpu": None}, TPU_HOST,
+     "device=tpu: torch has no TPU backend: use device=auto, where torch takes GPU or else CPU, or device=cpu"),
+    (TORCH, "auto", {"gpu": "a CPU build", "cpu": None}, Present(gpu=True), "device=auto: this machine has a GPU, but torch sees"),
+])
+def test_an_accelerator_asked_for_or_there_and_not_seen_is_one_line_naming_the_fix(platforms, wanted, seen, machine,
+                                                                                   said):
+    with pytest.raises(Unavailable) as e:
+        choose(platforms, wanted, seen, machine)
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+
+
+def test_a_probe_on_a_tpu_host_leaves_the_chip_closed_and_says_what_the_worker_will_record(monkeypatch):
+    """The door's probe runs beside workers that may hold the chip: jax starts on the CPU only, and the record names
+    the TPU the bus lists (its fingerprint is the worker's), fp32 matmuls as six bf16 passes."""
+    import jax  # the probe's own import: this test runs in a process that has the CPU backend started already
+
+    before = jax.config.jax_platforms
+    jb = ADAPTERS["jax"]
+    monkeypatch.setattr(jb, "present", lambda: TPU_HOST)
+    monkeypatch.setenv("TPU_LIBRARY_PATH", "/opt/libtpu.so")
+    try:
+        backend = load("jax")
+        assert backend.probe(Setup("fp32", "auto", memory_format="nhwc")) == "tpu:0"
+        assert jax.config.jax_platforms == "cpu"
+        env = backend.environment()
+        assert (env["device_name"], env["device_platform"], env["precision_policy"]) == ("TPU v5 lite", "tpu",
+                                                                                       "fp32/bf16x6")
+        monkeypatch.delenv("TPU_LIBRARY_PATH")
+        assert jb.plugged(TPU_HOST)["tpu"] == "no TPU plugin (libtpu) installed" or jb.importlib.util.find_spec("libtpu")
+    finally:
+        jax.config.update("jax_platforms", before)
 
 
 # The conv net in each framework's cheap mode; jax's jit takes seconds more to compile it than the MLP, so the fast

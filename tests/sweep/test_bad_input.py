@@ -16,6 +16,7 @@ from typing import Callable
 
 import pytest
 
+from experiments.common.devices import present
 from experiments.sweep.hydra_errors import options
 from tests.helpers import free_port, gpu_visible, tree, user_env
 
@@ -64,7 +65,9 @@ CASES = [
     Case("ops-empty", ("ops=[]",), "ops is empty"),
     Case("precision-fp8", ("precision=fp8",), "unknown precision 'fp8' (choose bf16, fp16, fp32, fp64)"),
     Case("tf32-maybe", ("precision.tf32=maybe",), "precision.tf32 must be true or false (got 'maybe')"),
-    Case("device-tpu", ("device=tpu",), "device must be one of auto, cpu, gpu (got 'tpu')"),
+    Case("device-tpu", ("device=tpu",), "device=tpu: jax sees no TPU ("),
+    Case("device-tpu-torch", ("framework=torch", "device=tpu"), "device=tpu: torch has no TPU backend: use device=auto"),
+    Case("device-npu", ("device=npu",), "device must be one of auto, cpu, gpu, tpu (got 'npu')"),
     Case("bench-nonexistent", ("bench=nonexistent",), "unknown bench 'nonexistent' (choose default, quick"),
     Case("seed-abc", ("seed=abc",), "seed must be an integer (got 'abc')"),
     Case("seed-negative", ("seed=-1",), "seed must be in [0, 2**32) (got -1)"),
@@ -183,6 +186,8 @@ def outcomes(request, tmp_path_factory):
 def test_bad_input_is_rejected_in_one_line(outcomes, case):
     if case.id == "gpu-without-gpu" and gpu_visible("torch"):
         pytest.skip("a GPU is visible")
+    if case.id == "device-tpu" and present().tpus:
+        pytest.skip("a TPU is on the bus")
     before, r, cwd = outcomes[case.id]
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, r.stderr

@@ -124,7 +124,7 @@ def test_bad_value_fails(make_cfg, override):
 @pytest.mark.parametrize("override,line", [
     ("model=lenett", "unknown model 'lenett' (did you mean lenet? choose dscnn, file, gpt_tiny, lenet, lstm"),
     ("batchsize=4", "unknown key 'batchsize': did you mean batch_size?"),
-    ("device=gpuu", "device must be one of auto, cpu, gpu (got 'gpuu')"),
+    ("device=gpuu", "device must be one of auto, cpu, gpu, tpu (got 'gpuu')"),
     ("ops=[inference,train]", "ops holds unknown op (got 'train')"),
     ("bench.max_tme=1", "unknown key 'bench.max_tme': did you mean bench.max_time_s?"),
     ("experiment=seed0004", "unknown experiment 'seed0004' (did you mean seed004"),

@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from experiments.common.config import OPS
+from experiments.common.devices import Present
 from experiments.common.protocol import Setup
 from models import Network
 
@@ -118,6 +119,38 @@ def validate_side(spec: Any, framework: str) -> None:
         missing = {"jax": "Flax NNX module (flax=...)", "torch": "torch module (torch=...)"}[framework]
         raise Unsupported(f"{spec.name} declares no {missing}: only {'jax' if framework == 'torch' else 'torch'} "
                           "measures it")
+
+
+NAMES = {"tpu": "TPU", "gpu": "GPU", "cpu": "CPU"}  # a platform as people write it
+
+
+@dataclass(frozen=True)
+class Platforms:
+    """What a framework can measure on, in the order device=auto takes them, and how to give it one it lacks."""
+
+    framework: str
+    order: tuple[str, ...]
+    install: dict[str, str]  # platform -> the fix where the framework can't open one the machine has or was asked for
+
+
+def choose(platforms: Platforms, wanted: str, seen: dict[str, str | None], machine: Present) -> str:
+    """The platform a set-up measures on: `wanted` (tpu, gpu, cpu), or for auto the first of the framework's
+    platforms it can open. `seen`: per platform, None where the framework can open it, else why not (its own words);
+    `machine`: what the machine has. Unavailable where an accelerator is asked for and not there, or where the
+    machine has one the framework could open and doesn't: never a silent fallback to the CPU."""
+    framework, order = platforms.framework, platforms.order
+    if wanted not in ("auto", "cpu") and wanted not in order:
+        raise Unavailable(f"device={wanted}: {framework} has no {NAMES[wanted]} backend: use device=auto, where "
+                          f"{framework} takes {' or else '.join(NAMES[p] for p in order)}, or device=cpu")
+    for platform in (order if wanted == "auto" else (wanted,)):
+        why = seen.get(platform, "not looked for")
+        if why is None or platform == "cpu":
+            return platform
+        if wanted != "auto" or machine.has(platform):
+            has = f"this machine has a {machine.kind(platform)}, but " if machine.has(platform) else ""
+            raise Unavailable(f"device={wanted}: {has}{framework} sees no {NAMES[platform]} ({why}): "
+                              f"{platforms.install[platform]}, or use device=cpu")
+    return "cpu"
 
 
 def unsupported(framework: str, layer: Any) -> Unsupported:

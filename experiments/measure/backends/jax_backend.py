@@ -9,6 +9,8 @@ the list (a no-op jit, this CPU), and an unplaced Adam step counter compiled the
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 from pathlib import Path
 
@@ -20,8 +22,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from experiments.common.devices import Present, present
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, validate_op, validate_side
+from experiments.measure.backends import Platforms, Step, Unavailable, choose, validate_op, validate_side
 from experiments.measure.backends.jax_layers import dtype, make_model
 from models import Model, ModelSpec, Network
 
@@ -136,10 +139,40 @@ def flat(f, state, device):
     return g, leaves
 
 
+# What device=auto takes, in order, and how to give jax a platform it lacks.
+PLATFORMS = Platforms("jax", ("tpu", "gpu", "cpu"), {
+    "tpu": "install jax's TPU build (pip install -e '.[tpu]' in the checkout, i.e. jax[tpu])",
+    "gpu": "install its CUDA build (pip install -e '.[cuda]' in the checkout, i.e. jax[cuda12])"})
+# On a TPU an fp32 matmul is bf16 passes on its matrix units: jax's `highest` takes 6, `high` (precision.tf32=true)
+# takes 3 (jax.lax.Precision). The precision policy names them, as tf32-on and tf32-off do on a GPU.
+TPU_PASSES = {False: 6, True: 3}
+
+
+def seen() -> dict[str, str | None]:
+    """Per platform, None where jax opens it here, else jax's own reason (a plugin missing, or failing to start)."""
+    out: dict[str, str | None] = {}
+    for platform in PLATFORMS.order:
+        try:
+            jax.devices(platform)
+            out[platform] = None
+        except RuntimeError as e:
+            out[platform] = (str(e).strip().splitlines() or ["no devices"])[0][:300]
+    return out
+
+
+def plugged(machine: Present) -> dict[str, str | None]:
+    """What `seen` would say, without opening a device only one process may hold: a TPU is there when the machine
+    has one and jax's TPU plugin (libtpu) is installed."""
+    plugin = os.environ.get("TPU_LIBRARY_PATH") or importlib.util.find_spec("libtpu")
+    tpu = None if machine.tpus and plugin else "no TPU plugin (libtpu) installed" if machine.tpus else "no TPU"
+    return {"tpu": tpu, "gpu": "not looked for beside a TPU", "cpu": None}
+
+
 class Backend:
     def __init__(self):
         self.setup = Setup("fp32", "cpu")
-        self.device = jax.devices()[0]
+        self.device = None  # configure picks it: asking jax for any device would open every platform, a TPU too
+        self.expected: tuple[str, str] | None = None  # a probe's (platform, kind) of a device it left closed
         self.hits = 0
         jax.monitoring.register_event_listener(self._event)  # the persistent cache's hits, as jax counts them
 
@@ -159,19 +192,29 @@ class Backend:
         if setup.precision == "fp64":
             jax.config.update("jax_enable_x64", True)  # global, and only safe before any array exists
         jax.config.update("jax_default_matmul_precision", "tensorfloat32" if setup.tf32 else "highest")
-        if setup.device == "cpu":
-            self.device = jax.devices("cpu")[0]
-        else:
-            try:
-                self.device = jax.devices("gpu")[0]
-            except RuntimeError:
-                if setup.device == "gpu":
-                    raise Unavailable("device=gpu but jax sees no GPU: install its CUDA build (pip install -e "
-                                      "'.[cuda]' in the checkout, i.e. jax[cuda12]) or use device=cpu") from None
-                self.device = jax.devices("cpu")[0]
+        machine = present()
+        if setup.device == "cpu" and machine.exclusive:  # jax opens every platform at the first device asked for
+            jax.config.update("jax_platforms", "cpu")
+        platform = "cpu" if setup.device == "cpu" else choose(PLATFORMS, setup.device, seen(), machine)
+        self.device = jax.devices(platform)[0]
         jax.config.update("jax_default_device", self.device)
         self.setup = setup
         return device_name(self.device)
+
+    def probe(self, setup: Setup) -> str:
+        """`configure`'s answer for the door, without opening a device only one process may hold (a TPU chip, which
+        a worker may need meanwhile): on such a machine jax starts on the CPU only, and the device is the one the
+        bus lists where jax's plugin for it is installed."""
+        machine = present()
+        if not machine.exclusive:
+            return self.configure(setup)
+        jax.config.update("jax_platforms", "cpu")  # before any device is asked for
+        platform = choose(PLATFORMS, setup.device, plugged(machine), machine)
+        self.configure(dataclasses.replace(setup, device="cpu"))
+        if platform == "cpu":
+            return "cpu"
+        self.expected = platform, machine.kind(platform)
+        return f"{platform}:0"
 
     def prepare(self, spec: Model, op: str, batch: int, seed: int) -> Step:
         jitted, fn, args = self.program(spec, op, batch, seed, jax.jit if self.setup.compile else lambda f, **_: f)
@@ -220,9 +263,11 @@ class Backend:
     def environment(self) -> dict[str, str]:
         from jax._src.lib import cuda_versions  # None on CPU-only installs
 
+        platform, kind = self.expected or (self.device.platform, self.device.device_kind)
         env = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "flax_version": flax.__version__,
-               "optax_version": optax.__version__, "device_name": self.device.device_kind,
-               "device_platform": self.device.platform}
+               "optax_version": optax.__version__, "device_name": kind, "device_platform": platform}
+        if platform == "tpu":
+            env["precision_policy"] = f"{self.setup.precision}/bf16x{TPU_PASSES[self.setup.tf32]}"
         if cuda_versions is not None:
             env["cuda_version"] = str(cuda_versions.cuda_runtime_get_version())
             env["cudnn_version"] = str(cuda_versions.cudnn_get_version())

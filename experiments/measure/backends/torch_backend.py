@@ -23,8 +23,9 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils._pytree import tree_leaves
 
+from experiments.common.devices import present
 from experiments.common.protocol import Setup
-from experiments.measure.backends import Step, Unavailable, validate_op, validate_side
+from experiments.measure.backends import Platforms, Step, Unavailable, choose, validate_op, validate_side
 from experiments.measure.backends.torch_layers import dtype, make_model
 from models import Image, Model, Network, is_stat
 
@@ -90,18 +91,27 @@ def loss_and_grads(spec: Model, params: dict[str, np.ndarray], x: np.ndarray, y:
                          if not is_stat(k)}
 
 
+# What device=auto takes, in order (beside a TPU, the host's CPU: torch has no TPU backend here), and how to give
+# torch a GPU.
+PLATFORMS = Platforms("torch", ("gpu", "cpu"), {
+    "gpu": f"install its CUDA build (pip install torch=={torch.__version__.split('+')[0]} --index-url "
+           "https://download.pytorch.org/whl/cu128, the README's GPU set-up)"})
+
+
+def seen() -> dict[str, str | None]:
+    """Per platform, None where torch opens it here, else why not."""
+    cuda = "its CUDA build is installed, but it finds no GPU" if torch.version.cuda else "a CPU build"
+    return {"gpu": None if torch.cuda.is_available() else cuda, "cpu": None}
+
+
 class Backend:
     def __init__(self):
         self.device = torch.device("cpu")
         self.setup = Setup("fp32", "cpu")
 
     def configure(self, setup: Setup) -> str:
-        gpu = torch.cuda.is_available()
-        if setup.device == "gpu" and not gpu:
-            raise Unavailable(f"device=gpu but torch sees no GPU: install its CUDA build (pip install "
-                              f"torch=={torch.__version__.split('+')[0]} --index-url https://download.pytorch.org/"
-                              "whl/cu128, the README's GPU set-up) or use device=cpu")
-        self.device = torch.device("cuda:0" if gpu and setup.device != "cpu" else "cpu")
+        platform = choose(PLATFORMS, setup.device, seen(), present())
+        self.device = torch.device("cuda:0" if platform == "gpu" else "cpu")
         if setup.memory_format not in FORMATS:
             raise Unavailable(f"torch has no memory_format={setup.memory_format}: use framework.memory_format="
                               "contiguous or channels_last")
@@ -169,6 +179,10 @@ class Backend:
     def cache_hits(self) -> int:
         counters = torch._dynamo.utils.counters  # FX graphs (Inductor) and joint graphs (AOTAutograd) from the cache
         return counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+
+    def probe(self, setup: Setup) -> str:
+        """`configure`'s answer for the door: torch opens no device only one process may hold."""
+        return self.configure(setup)
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":

@@ -1,0 +1,61 @@
+"""The accelerators this machine has, as the operating system lists them, read without any framework: TPU chips on
+the PCI bus (Google's vendor id, as jax's own check reads it), NVIDIA device nodes. The door and the config's presets
+read it in the parent, where opening a TPU would take the chip from the workers (one process at a time may hold
+it); a backend reads it in the worker to tell "none here" from "here, but the framework can't open it". Both sides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+GOOGLE_PCI_VENDOR = "0x1ae0"
+# A TPU chip's PCI device id and the kind jax names its devices (`Device.device_kind`), from jax's own table
+# (jax/_src/hardware_utils.py) and the kinds it reports: a TPU v5e is "TPU v5 lite".
+TPU_KINDS = {"0x0027": "TPU v3", "0x005e": "TPU v4", "0x0062": "TPU v5", "0x0063": "TPU v5 lite",
+             "0x006f": "TPU v6 lite", "0x0076": "TPU7x"}
+NVIDIA_NODES = ("dev/nvidia0", "dev/nvidiactl", "dev/dxg")  # a GPU node, Docker's control node, WSL2's
+# Platforms only one process at a time may open: a second libtpu client stops with "Internal error when accessing
+# libtpu multi-process lockfile". Helper processes (probes, parity, FLOP counts) never open them.
+EXCLUSIVE = ("tpu",)
+ACCELERATORS = ("tpu", "gpu")  # device= options that name an accelerator; `cpu` and `auto` are the others
+
+
+@dataclass(frozen=True)
+class Present:
+    """What the machine has besides its CPU: each TPU chip's kind, and whether an NVIDIA device node exists."""
+
+    tpus: tuple[str, ...] = ()
+    gpu: bool = False
+
+    def has(self, platform: str) -> bool:
+        return bool(self.tpus) if platform == "tpu" else self.gpu if platform == "gpu" else platform == "cpu"
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether the machine has a device only one process may hold."""
+        return any(self.has(p) for p in EXCLUSIVE)
+
+    def kind(self, platform: str) -> str:
+        """What a device of the platform is called, as far as the bus says (`TPU v5 lite`)."""
+        return self.tpus[0] if platform == "tpu" and self.tpus else platform.upper()
+
+
+def present(root: Path = Path("/")) -> Present:
+    """The accelerators under `root` (a fake tree in the tests): unreadable entries count as absent."""
+    tpus = []
+    for vendor in sorted(root.glob("sys/bus/pci/devices/*/vendor")):
+        try:
+            if vendor.read_text().strip() == GOOGLE_PCI_VENDOR:
+                kind = TPU_KINDS.get((vendor.parent / "device").read_text().strip())
+                tpus += [kind] if kind else []
+        except OSError:
+            continue
+    return Present(tuple(tpus), any((root / node).exists() for node in NVIDIA_NODES))
+
+
+def accelerated(device: str, machine: Present | None = None) -> bool:
+    """Whether a `device=` option runs on an accelerator here: tpu and gpu do; auto does where the machine has one."""
+    if device == "auto":
+        machine = machine or present()
+        return any(machine.has(p) for p in ACCELERATORS)
+    return device in ACCELERATORS
