@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
+import os
 import time
+import traceback
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -70,6 +72,8 @@ def run(cfg: DictConfig) -> None:
         log.error("job %s stopped by %s; the points it finished are kept in %s", out, e, out)
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
         log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
+        if os.environ.get("NNBENCH_DEBUG"):  # as the commands do: the traceback, for a report
+            log.error("%s", traceback.format_exc())
     if not multirun:
         ending.end(sweep, this.config.report, "run")
 
