@@ -4,7 +4,7 @@ they live here, below both; docs/reference.md says what each means."""
 
 # The params of every point run, besides the flattened config; compare and report select and group by them.
 PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
-          "param_count", "repeat", "memory_format")
+          "param_count", "repeat", "memory_format", "sync")
 # Per op, from the FLOP count, the median and the peaks: `measure.reading.OpReading` has a field of each name.
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")
 # Tags ("true"/"false") that say a point's numbers need care: other processes used the CPU; a re-run may read far off.

@@ -113,6 +113,14 @@ class Start(StrEnum):
     spawn = "spawn"  # a fresh interpreter each, importing everything again
 
 
+class Sync(StrEnum):
+    """How calls are timed (bench.sync): each one synced, or pipelined as a loop dispatches them (timing.py)."""
+
+    auto = "auto"  # pipelined on an accelerator, synced on the CPU (where a call returns done: the numbers stay)
+    synced = "synced"  # every call waits for its result: on an accelerator each pays a round trip to the device
+    pipelined = "pipelined"  # a block's calls dispatched back to back, one wait at its end
+
+
 class Op(StrEnum):
     inference = "inference"
     training = "training"
@@ -148,6 +156,7 @@ class PrecisionConf:
 class BenchConf(Budget):
     """The timing budget (its fields are timing.Budget's, set in conf/bench/*.yaml) and the harness's own keys."""
 
+    sync: Sync = MISSING  # auto, synced or pipelined: how calls are timed (docs/measuring.md)
     processes: int = MISSING  # fresh measuring processes per point (paired: trials, one process per variant each)
     machine_check_s: float = MISSING  # the sweep's check of the machine's own noise, before its first job (0: none)
     timeout_s: float = MISSING  # per point, worker start and compile included

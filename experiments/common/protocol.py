@@ -31,6 +31,7 @@ class Budget:
     min_block_s: float  # short calls are repeated in blocks at least this long
     between_k: float  # ...or within ±between_k × the spread between processes (timing.target)
     between_prior: float  # that spread (SD of log process medians) before two processes have measured a point
+    sync: str  # auto, synced (each call waits for its result) or pipelined (a block's calls, one wait): timing.policy
 
     @classmethod
     def of(cls, bench: "Budget") -> "Budget":

@@ -35,7 +35,7 @@ VENDOR_TFLOPS = {
     "V100": {"fp64": 7.8, "fp32": 15.7, "fp16": 125},
 }
 CALIBRATION = Budget(warmup_s=0.1, warmup_calls=2, min_samples=5, max_samples=100, min_time_s=0.3, max_time_s=1.0,
-                     target_rel_ci=0.02, min_block_s=0.0, between_k=0.0, between_prior=0.0)
+                     target_rel_ci=0.02, min_block_s=0.0, between_k=0.0, between_prior=0.0, sync="synced")
 
 
 def vendor_tflops(device_name: str, precision_policy: str) -> float | None:

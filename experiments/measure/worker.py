@@ -118,7 +118,8 @@ def main(request_path: str, results_path: str) -> int:
     except Unavailable as e:
         print(f"nnbench: error: {e}", file=sys.stderr)
         return 3
-    env, machine = environment(backend, req.setup), machine_record()
+    req = dataclasses.replace(req, budget=timing.resolved(req.budget, device))  # bench.sync=auto, on this device
+    env, machine = environment(backend, req.setup) | {"sync_policy": req.budget.sync}, machine_record()
     calibrate = partial(peaks.calibrate, backend.matmul, budget=peaks.within(req.budget))
     peak = peaks.calibrated(Path(req.peaks), env, req.framework, calibrate) if req.peaks and not req.profile_dir \
         else None
@@ -188,7 +189,8 @@ def paired(bench: Workbench, ready: Ready) -> int:
                 sock.sendall(prepared.to_json().encode() + b"\n")
                 continue
             before = meter()
-            samples = timing.burst(step.fn, step.sync, prepared.block, command.seconds)
+            samples = timing.burst(step.fn, step.sync, prepared.block, command.seconds,
+                                   sync_policy=bench.req.budget.sync)
             after = meter()
             compiles = step.compiles() if step.compiles else None
             answer = Burst(samples, {k: after[k] - before[k] for k in after}, compiles)

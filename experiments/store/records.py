@@ -94,6 +94,7 @@ def build(job: Job, reading: Reading) -> Record:
         "device_requested": str(c.device), "ops": ",".join(point.ops),
         "param_count": str(job.spec.param_count() if job.spec else 0),
         "repeat": str(c.repeat), "memory_format": str(c.framework.memory_format or "n/a"),
+        "sync": env.get("sync_policy", "n/a"),  # synced or pipelined, as the worker resolved bench.sync
     }
     assert tuple(params) == PARAMS
     params |= flatten(config, "config.") | spec_versions(env)  # an environment of `nnbench versions`: its versions
@@ -218,7 +219,9 @@ def describe(name: str, r: Reading) -> str:
     flags = [flag.upper() for flag, on in (("noisy", r.noisy), ("unstable", bool(r.unstable)),
                                            ("oversubscribed", bool(r.oversubscribed)),
                                            ("remeasured", bool(r.replaced))) if on]
-    return (f"{name} on {r.device}: " + "; ".join(ops) + f" (median per call and the 95% interval of a re-run, "
+    per = "median per call (pipelined: one sync per block)" if r.environment.get("sync_policy") == "pipelined" \
+        else "median per call"
+    return (f"{name} on {r.device}: " + "; ".join(ops) + f" ({per} and the 95% interval of a re-run, "
             f"{processes} process{'es' if processes > 1 else ''})" + (f" {', '.join(flags)}" if flags else ""))
 
 

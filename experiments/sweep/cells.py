@@ -265,10 +265,10 @@ class Answer(Json):
 # What a comparison states where it differs between a variant and its baseline, besides the variant's name: the
 # name, and how it is read from a side (its worker's record, or its job).
 LIKE = (("threads", lambda r, j: r.threads), ("precision policy", lambda r, j: r.environment.get("precision_policy")),
-        ("layout", lambda r, j: j.config.framework.memory_format), ("compile mode",
-                                                                     lambda r, j: j.config.framework.compile_mode),
-        ("allocator", lambda r, j: j.config.runtime.allocator), ("device", lambda r, j: r.environment.get(
-            "device_name")), ("host", lambda r, j: r.environment.get("host")))
+        ("sync", lambda r, j: r.environment.get("sync_policy")), ("host", lambda r, j: r.environment.get("host")),
+        ("device", lambda r, j: r.environment.get("device_name")), ("allocator", lambda r, j: j.config.runtime.allocator),
+        ("layout", lambda r, j: j.config.framework.memory_format),
+        ("compile mode", lambda r, j: j.config.framework.compile_mode))
 
 
 def differences(ready: Ready | None, job: Job, base_ready: Ready | None, base: Job) -> tuple[str, ...]:

@@ -35,6 +35,9 @@ def point_line(r: Reading, tags: dict[str, str], profile: PointResult | None) ->
     if r.failure is not None:
         return "FAILED: " + r.failure.splitlines()[0]
     parts = [said for op in r.point.ops if (said := op_line(r, op))]
+    if parts and r.environment.get("sync_policy") == "pipelined":  # the CPU's numbers, and most people's, are synced
+        blocks = ", ".join(f"{op} {o.result.calls_per_block}" for op, o in r.ops.items())
+        parts.append(f"pipelined: calls dispatched back to back, one sync per block ({blocks} calls)")
     if r.paired is not None and r.paired.ops:
         parts.append(f"vs {r.paired.baseline}: " + ", ".join(f"{op} {compared(c)}" for op, c in r.paired.ops.items()))
     if r.noisy:

@@ -172,3 +172,55 @@ def test_a_measurement_says_where_its_time_went():
                                                                      min_block_s=0.0), clock)
     assert m.first_call_s == 1.0 and m.warmup_s == pytest.approx(0.05, abs=0.011)
     assert m.elapsed_s == pytest.approx(m.first_call_s + m.warmup_s + m.sampling_s)
+
+
+class FakeDevice:
+    """An accelerator on the fake clock: a call is dispatched in `dispatch_s` and queued; the device runs the queue
+    in order, `work_s` each; a sync waits for a call's end and pays `round_trip_s` to hear of it."""
+
+    def __init__(self, clock, dispatch_s=2e-5, work_s=1.4e-4, round_trip_s=4.5e-4):
+        self.clock, self.dispatch_s, self.work_s, self.round_trip_s = clock, dispatch_s, work_s, round_trip_s
+        self.free_at, self.calls, self.synced = 0.0, 0, []
+
+    def fn(self):
+        self.clock.t += self.dispatch_s
+        self.free_at = max(self.clock.t, self.free_at) + self.work_s
+        self.calls += 1
+        return self.calls, self.free_at  # the call's number and when the device is done with it
+
+    def sync(self, out):
+        self.clock.t = max(self.clock.t, out[1]) + self.round_trip_s
+        self.synced.append(out[0])
+
+
+@pytest.mark.parametrize("device,sync,expected", [("cpu", "auto", "synced"), ("tpu:0", "auto", "pipelined"),
+                                                  ("cuda:0", "auto", "pipelined"), ("tpu:0", "synced", "synced"),
+                                                  ("cpu", "pipelined", "pipelined")])
+def test_auto_pipelines_on_an_accelerator_and_syncs_on_the_cpu(device, sync, expected):
+    assert timing.policy(sync, device) == expected
+    assert timing.resolved(budget("quick", sync=sync), device).sync == expected
+
+
+def test_pipelined_blocks_sync_once_and_read_the_devices_own_time_per_call():
+    """Synced, each call pays the round trip (0.61 ms a call here, as a TPU's 0.59); pipelined, a block's calls are
+    dispatched back to back and its last output synced once: the round trip is at most ROUND_TRIP_SHARE of it."""
+    medians = {}
+    for policy in ("synced", "pipelined"):
+        clock = FakeClock()
+        device = FakeDevice(clock)
+        m = measure(device.fn, device.sync, budget("quick", sync=policy, min_block_s=0.001), clock)
+        medians[policy] = float(np.median(m.samples_s))
+        sampled = device.synced[-len(m.samples_s) * (1 if policy == "pipelined" else m.block):]
+        if policy == "pipelined":  # one sync a block, of its last call
+            assert all(b - a == m.block for a, b in zip(sampled, sampled[1:])) and sampled[-1] == device.calls
+        else:
+            assert sampled == list(range(device.calls - len(sampled) + 1, device.calls + 1))  # every call
+    assert medians["synced"] == pytest.approx(2e-5 + 1.4e-4 + 4.5e-4)
+    assert 1.4e-4 < medians["pipelined"] <= 1.4e-4 * (1 + timing.ROUND_TRIP_SHARE) * 1.05
+
+
+def test_a_pipeline_is_long_enough_to_hide_its_round_trip_and_no_longer_than_the_cap():
+    b = budget("quick", min_block_s=0.001)
+    assert timing.pipeline_length(0.59e-3, 0.14e-3, b) == 161  # 0.45 ms over 2% of 0.14 ms
+    assert timing.pipeline_length(1e-4, 1e-4, b) == 10  # no round trip to hide: min_block_s of calls
+    assert timing.pipeline_length(1.0, 1e-6, b) == timing.MAX_PIPELINE

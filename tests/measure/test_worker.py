@@ -39,6 +39,7 @@ def test_worker_imports_only_its_framework_and_records_its_versions(tmp_path, fr
     mod = __import__(framework)
     assert env[f"{framework}_version"] == mod.__version__ and f"{OTHER[framework]}_version" not in env
     assert line.device == "cpu" and env["precision_policy"] == "fp32/tf32-off"
+    assert env["sync_policy"] == "synced"  # bench.sync=auto on the CPU: each call synced, as before
     for op in ("inference", "training"):
         r = line.ops[op]
         assert r.status == "ok" and r.device == "cpu" and r.stats.n_samples == len(r.measurement.samples_s)

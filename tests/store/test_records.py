@@ -91,7 +91,8 @@ def test_processes_fold_into_one_run_with_derived_metrics():
     results = []
     for median, busy in ((0.002, 0.0), (0.003, 0.5), (0.004, 0.1)):
         op = ok_op(median, 32)
-        results.append(PointResult(32, "cpu", ENV | {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off"},
+        results.append(PointResult(32, "cuda:0", ENV | {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off",
+                                                     "sync_policy": "pipelined"},
                                    {"inference": replace(op, flops=2 * 10**9, background_cores=busy,
                                                          peak_mem_bytes=int(median * 1e9))}, peak_tflops=2.0))
     rec = build(Point(32, ("inference",)), results)
@@ -104,6 +105,7 @@ def test_processes_fold_into_one_run_with_derived_metrics():
     assert m["inference_background_cores"] == 0.5 and rec.tags["noisy"] == "true"
     assert [len(p["samples_s"]) for p in rec.samples["inference"]["processes"]] == [6, 6, 6]
     assert rec.params["memory_format"] == "contiguous" and rec.params["mode"] == "torch-compile"
+    assert rec.params["sync"] == "pipelined" and "pipelined: one sync per block" in rec.tags[records.NOTE]
 
 
 def test_a_failed_process_fails_the_point_and_keeps_the_others_samples():
