@@ -155,9 +155,11 @@ def paired_metrics(r: Reading) -> dict[str, float]:
 
 def op_metrics(r: Reading) -> dict[str, float]:
     """`<op>_<name>` for every number of every measured op (an unmeasured one's without its time), its paired
-    speedup, and the calibrated peak."""
+    speedup, and the peak (beside a data sheet's, the matmul rate measured there)."""
     out = {f"{op}_{k}": v for op, o in [*r.ops.items(), *r.unmeasured.items()] for k, v in o.metrics().items()}
-    return out | paired_metrics(r) | ({"peak_tflops": r.peak.tflops} if r.peak else {})
+    peak = {"peak_tflops": r.peak.tflops} | ({"peak_measured_tflops": r.peak.measured} if r.peak.measured else {}) \
+        if r.peak else {}
+    return out | paired_metrics(r) | peak
 
 
 def samples(r: Reading) -> dict[str, dict]:

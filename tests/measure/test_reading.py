@@ -82,6 +82,23 @@ def test_mfu_divides_every_framework_by_one_peak_and_never_reads_above_one(tmp_p
     assert later.peak == fast.peak and later.ops["inference"].mfu == pytest.approx(0.25)
 
 
+@pytest.mark.parametrize("precision_policy,tflops", [("bf16/bf16x6", 197), ("fp32/bf16x6", 197 / 6),
+                                                      ("fp32/bf16x3", 197 / 3)])
+def test_a_tpus_peak_is_its_data_sheet_with_fp32_as_bf16_passes_and_the_matmul_rate_beside(tmp_path, precision_policy,
+                                                                                           tflops):
+    """TPU v5e ("TPU v5 lite"): 197 bf16 TFLOP/s; fp32 at jax's highest is six bf16 passes, at high three. The rate a
+    large matmul sustained there (the worker's calibration) is read beside it, never instead of it."""
+    env = {"host": "h", "device_name": "TPU v5 lite", "precision_policy": precision_policy}
+    peaks = tmp_path / "peaks.json"
+    peaks.write_text(f'{{"h|TPU v5 lite|{precision_policy}|jax": 30.6}}')
+    r = read(POINT, [process(0.04, env=env)], peaks=peaks)
+    assert r.peak.tflops == pytest.approx(tflops) and r.peak.measured == 30.6
+    assert r.peak.source.startswith("data sheet: TPU v5 lite at " + precision_policy)
+    assert r.peak.source.endswith("a large matmul through jax sustained 30.6 TFLOP/s")
+    assert r.ops["inference"].mfu == r.ops["inference"].mfu_vendor <= 1
+    assert hardware.vendor_tflops("TPU v5", "bf16/bf16x6") == 459 and hardware.vendor_tflops("cpu", "fp32") is None
+
+
 def test_the_calibration_takes_the_sweeps_budget_where_it_is_shorter():
     """The matmul behind a CPU's peak is timed for about 0.3-1 s, or within a shorter bench's budget (bench=quick),
     at a size whose call fits that budget: a rough sweep's first worker of each framework is not held a second over
