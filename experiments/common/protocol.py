@@ -213,7 +213,8 @@ class OpResult(Json):
     compiles: int | None = metric(max)  # jit/torch.compile compilations over the whole measurement: 1 when sound
     compile_cache_hits: int | None = metric(sum)  # programs loaded from the sweep's compile cache, not compiled
     page_faults_per_call: float | None = metric()  # minor faults while sampling, per call (allocator churn)
-    peak_mem_bytes: int | None = metric(max)  # device peak (GPU) or resident high-water growth (CPU): docs/measuring.md
+    peak_mem_bytes: int | None = metric(max)  # the host's: resident high-water growth over the op (docs/measuring.md)
+    device_peak_mem_bytes: int | None = metric(max)  # the device's peak bytes in use (an accelerator's; not the CPU)
     background_cores: float | None = metric(max)  # other processes' CPU use while sampling, in cores
     threads: int | None = metric(max)  # the op's intra-op threads (torch's, or XLA's: the cores it may run on)
     oversubscribed: str | None = None  # why and what to set, where those threads outnumbered the free cores
@@ -290,6 +291,7 @@ class Prepared(Json):
     compile_cache_hits: int | None = None
     flops: int | None = None  # per call, as a timed worker counts them
     peak_mem_bytes: int | None = None  # from before the build to the end of the warm-up, as a timed worker's
+    device_peak_mem_bytes: int | None = None  # the device's, where it is an accelerator
 
 
 @dataclass

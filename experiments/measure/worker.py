@@ -91,7 +91,7 @@ def measure_op(bench: Workbench, op: str, batch: int, threads: int | None = None
                     flops=counted(spec, req, op, batch), compiles=step.compiles() if step.compiles else None,
                     compile_cache_hits=backend.cache_hits() - hits if step.compiles else None,
                     page_faults_per_call=d["minor_faults"] / m.calls,
-                    peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base),
+                    peak_mem_bytes=max(0, resident()[1] - base), device_peak_mem_bytes=peak,
                     background_cores=busy, threads=threads,
                     oversubscribed=oversubscription(req.framework, threads, cores(), busy, os.cpu_count()))
 
@@ -163,8 +163,8 @@ def prepare(bench: Workbench, command: Command):
                                         inspect=lambda o: seen.append(validate_device(step, o, bench.device)))
     peak = backend.peak_memory()
     ready = Prepared("ok", device=seen[0], first_call_s=first, warmup_s=warmup, block=block,
-                     flops=counted(spec, req, op, batch),
-                     peak_mem_bytes=peak if peak is not None else max(0, resident()[1] - base))
+                     flops=counted(spec, req, op, batch), peak_mem_bytes=max(0, resident()[1] - base),
+                     device_peak_mem_bytes=peak)
     if step.compiles:
         ready.compiles, ready.compile_cache_hits = step.compiles(), backend.cache_hits() - hits
     return step, ready

@@ -382,8 +382,8 @@ def op_result(turn: pairs.Turn, batch: int, framework: str, other_cores: float) 
     return OpResult("ok", device=p.device, measurement=m, stats=summarize([m], batch), calls_per_block=p.block,
                     flops=p.flops, compiles=compiles, compile_cache_hits=p.compile_cache_hits,
                     page_faults_per_call=meter.get("minor_faults", 0.0) / max(m.calls, 1),
-                    peak_mem_bytes=p.peak_mem_bytes, background_cores=other_cores,
-                    threads=turn.ready.threads if turn.ready else None,
+                    peak_mem_bytes=p.peak_mem_bytes, device_peak_mem_bytes=p.device_peak_mem_bytes,
+                    background_cores=other_cores, threads=turn.ready.threads if turn.ready else None,
                     oversubscribed=turn.oversubscribed(framework, other_cores))
 
 

@@ -107,3 +107,32 @@ def test_a_paired_worker_prepares_cells_in_turn_and_frees_the_one_before(tmp_pat
     assert all(b.samples_s and max(b.samples_s) < min(burst.samples_s) for b in bursts)  # the small cell's calls
     assert skipped.status == "skipped" and skipped.reason.startswith("matmul_chain has constant weights")
     assert not (tmp_path / "results.jsonl").exists()
+
+
+class FakeAccelerator:
+    """A backend whose device reports its peak bytes in use, and whose op is a no-op that lives on `tpu:0`."""
+
+    def reset_peak_memory(self):
+        pass
+
+    def prepare(self, spec, op, batch, seed):
+        from experiments.measure.backends import Step  # the worker's own types; no framework
+
+        return Step(lambda: "out", lambda out: None, lambda out: "tpu:0")
+
+    def cache_hits(self):
+        return 0
+
+    def peak_memory(self):
+        return 3 << 20
+
+
+def test_an_op_records_the_devices_peak_memory_beside_the_hosts():
+    import models  # the declared LeNet: its FLOPs are counted from its layers
+    from experiments.measure import worker
+
+    req = dataclasses.replace(REQUEST, budget=budget("quick", warmup_s=0.0, min_time_s=0.0, max_time_s=0.01))
+    bench = worker.Workbench(FakeAccelerator(), models.load("lenet"), req, "tpu:0")
+    r = worker.measure_op(bench, "inference", 2, threads=1)
+    assert r.device == "tpu:0" and r.device_peak_mem_bytes == 3 << 20 and r.peak_mem_bytes >= 0
+    assert r.metrics()["device_peak_mem_bytes"] == 3 << 20 and "peak_mem_bytes" in r.metrics()
