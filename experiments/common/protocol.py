@@ -193,10 +193,13 @@ class OpProfile(Json):
     top: list[ProfiledOp]  # the ops that took the most time
     elapsed_s: float  # profiling this op took: build, first call, warm-up, profiled steps, parsing, files
     notes: list[str] = field(default_factory=list)  # what to know when reading it (unbounded `other`, ...)
+    device_s: float | None = None  # on an accelerator, its own time in the step: its ops' (the step less overhead)
 
     def metrics(self) -> dict[str, float]:
+        device = {"profile_device_s": self.device_s} if self.device_s is not None else {}
         return {f"time_{p}_s": self.parts_s.get(p, 0.0) for p in PARTS} | {
-            "profile_wall_s": self.wall_s, "profile_steps": len(self.step_walls_s), "profile_elapsed_s": self.elapsed_s}
+            "profile_wall_s": self.wall_s, "profile_steps": len(self.step_walls_s), "profile_elapsed_s": self.elapsed_s
+        } | device
 
 
 @dataclass

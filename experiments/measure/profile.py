@@ -82,10 +82,22 @@ def summarize(steps: list[Traced], elapsed_s: float, notes: list[str]) -> OpProf
     return OpProfile(wall, parts, [sum(q.values()) for q, _, _ in per_step], top, elapsed_s, notes)
 
 
+def on_device(p: OpProfile) -> None:
+    """An accelerator's own time per step, beside the timed medians (synced or pipelined): the time its ops took in
+    the most typical step, whose ops are the device's; or a note saying why it is unknown."""
+    busy = p.wall_s - p.parts_s["overhead"]
+    if busy > 0:
+        p.device_s = busy
+    else:
+        p.notes.append("the trace holds no op of the device: its own time per step is unknown")
+
+
 def top_markdown(p: OpProfile, title: str) -> str:
     """The top table: op, category, calls, self time and share of the step."""
+    device = f"; the device's own time {p.device_s * 1e3:.3f} ms" if p.device_s is not None else ""
     rows = [f"# {title}", "", f"Profiled step: {p.wall_s * 1e3:.3f} ms (the most typical of {len(p.step_walls_s)} "
-            f"steps); overhead (no op running) {p.parts_s['overhead'] * 1e3:.3f} ms. Ops: medians over the steps.", "",
+            f"steps); overhead (no op running) {p.parts_s['overhead'] * 1e3:.3f} ms{device}. Ops: medians over the "
+            "steps.", "",
             "| op | category | calls | self ms | share of the step |", "|---|---|---|---|---|"]
     rows += [f"| `{o.name[:90]}` | {o.category} | {o.calls:g} | {o.self_s * 1e3:.3f} | {o.self_s / p.wall_s:.1%} |"
              for o in p.top]
@@ -115,6 +127,8 @@ def profile_op(backend, spec, req: Request, op: str, batch: int, out: Path) -> O
     traced, notes = tracer.trace(step, op, steps, out, device, text)
     allowed = OTHER_ALLOWED.get((framework, spec.name))
     p = summarize(traced, time.perf_counter() - begin, notes + ([allowed] if allowed else []))
+    if not device.startswith("cpu"):
+        on_device(p)
     how = "compiled" if req.setup.compile else "eager"
     (out / "top.md").write_text(top_markdown(p, f"{spec.name} {op} bs{batch} · {framework} {how}"))
     (out / "profile.json").write_text(p.to_json())

@@ -55,8 +55,9 @@ def point_line(r: Reading, tags: dict[str, str], profile: PointResult | None) ->
     for op, p in ((op, o.profile) for op, o in (profile.ops.items() if profile else ()) if o.profile):
         share = {part: p.parts_s.get(part, 0.0) for part in PARTS}
         top = max(share, key=share.get)
+        device = f", the device's own {p.device_s * 1e3:.3f} ms" if p.device_s is not None else ""
         parts.append(f"{op} profiled: {p.wall_s * 1e3:.3f} ms ({p.wall_s / r.ops[op].stats.median_s:.2f}× the "
-                     f"median), most in {top} ({share[top] * 1e3:.3f} ms)")
+                     f"median{device}), most in {top} ({share[top] * 1e3:.3f} ms)")
     return "; ".join(parts)
 
 

@@ -24,6 +24,36 @@ def test_overlapping_ops_share_their_time_and_sum_to_the_union():
     assert sum(split.values()) == 7.0  # the union: [0, 6) and [8, 9)
 
 
+def test_an_accelerators_own_time_per_step_is_its_ops_time_or_a_note_says_why_not():
+    """On a TPU or GPU the spans are the device's ops: their time in the typical step is the device's own, beside
+    the step's wall time (which holds the host's dispatch and the round trip)."""
+    p = profile.summarize([Traced(0.0, 0.6e-3, [Span("fusion.3", "conv", 0.3e-3, 0.44e-3)])], 1.0, [])
+    profile.on_device(p)
+    assert p.device_s == pytest.approx(0.14e-3) and p.metrics()["profile_device_s"] == p.device_s
+    empty = profile.summarize([Traced(0.0, 0.6e-3, [])], 1.0, [])
+    profile.on_device(empty)
+    assert empty.device_s is None and "profile_device_s" not in empty.metrics()
+    assert empty.notes == ["the trace holds no op of the device: its own time per step is unknown"]
+
+
+def test_a_tpus_trace_line_of_ops_and_a_gpus_streams_are_the_device_ops():
+    """A TPU plane's "XLA Ops" line names each op by its event (its steps and modules lines are not ops); a GPU
+    stream's kernels name theirs in their hlo_op stat."""
+    from types import SimpleNamespace as N
+    from experiments.measure.backends import jax_profile  # jax: its profiler's types are read duck-typed here
+
+    def event(name, start, stats=()):
+        return N(name=name, start_ns=start, duration_ns=10, stats=list(stats))
+
+    data = N(planes=[
+        N(name="/device:TPU:0", lines=[N(name="XLA Ops", events=[event("fusion.3", 100)]),
+                                       N(name="XLA Modules", events=[event("jit_f", 90)]),
+                                       N(name="Steps", events=[event("0", 90)])]),
+        N(name="/device:GPU:0", lines=[N(name="Stream #1", events=[event("k", 200, [("hlo_op", "dot.1")])])]),
+        N(name="/host:CPU", lines=[N(name="main", events=[event("fusion.9", 5, [("hlo_op", "fusion.9")])])])])
+    assert jax_profile.device_ops(data) == [("XLA Ops", 100, 110, "fusion.3", ""), ("Stream #1", 200, 210, "dot.1", "")]
+
+
 def test_the_most_typical_step_is_split_into_parts_that_sum_to_its_wall():
     """Not the step of median wall time (B, where a copy was preempted) but the one closest to each part's median."""
     a = Traced(0.0, 5.0, [Span("conv", "conv", 0.0, 3.0), Span("pool", "pool", 2.0, 4.0),  # overlap 2..3 halved

@@ -1,7 +1,8 @@
 """jax's side of a profile (experiments/measure/profile.py): jax.profiler over a few steps, each XLA op in its
 category from the optimized HLO, the trace kept as Chrome JSON and as XLA's xplane. Worker side.
 
-An op is one executed HLO instruction (an XLA:CPU thunk, or a GPU kernel): a fusion counts as the heaviest op it
+An op is one executed HLO instruction (an XLA:CPU thunk, or a GPU's kernel or a TPU's op as the device's own trace
+line times it: on an accelerator the ops are the device's): a fusion counts as the heaviest op it
 fuses (`HLO`). Where it sits is read from the source stack that the HLO keeps for every instruction: under optax,
 the optimizer; in the loss function, the loss; in a model layer, that layer's category for its elementwise work
 (a Conv's bias add is conv, as it is inside torch's conv op). On a CPU a thunk hands heavy work (Eigen
@@ -53,7 +54,7 @@ def trace(step: Step, op: str, steps: int, out: Path, device: str, program: str 
         (found,) = raw.glob(f"plugins/profile/*/{pattern}")
         shutil.move(found, out / name)
     shutil.rmtree(raw)
-    marks, ops = xla_ops(out / "trace.xplane.pb", gpu=not device.startswith("cpu"))
+    marks, ops = xla_ops(out / "trace.xplane.pb", accelerator=not device.startswith("cpu"))
     notes = []
     if program:
         hlo = Hlo(program)
@@ -197,8 +198,9 @@ class Op(NamedTuple):
     part: bool
 
 
-def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[Op]]:
-    """The step marks, and every op: GPU kernels, or XLA:CPU thunks with the thread-pool work they handed off.
+def xla_ops(xplane: Path, accelerator: bool) -> tuple[list[tuple[float, float]], list[Op]]:
+    """The step marks, and every op: an accelerator's (`device_ops`), or XLA:CPU thunks with the thread-pool work
+    they handed off.
 
     A CPU thunk's event covers its own thread only; work it sends to a pool shows as a ThreadpoolListener
     Start/StopRegion pair whose consumer id (_c) is the producer id (_p) of a ThreadpoolListener::Record. A region
@@ -212,7 +214,7 @@ def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[Op
         for e in sorted(line.events, key=lambda e: e.start_ns):
             if e.name.startswith("nnbench.step#"):
                 marks.append((e.start_ns / 1e9, (e.start_ns + e.duration_ns) / 1e9))
-            elif gpu:
+            elif accelerator:
                 continue
             elif e.name.startswith("ThreadpoolListener::"):
                 stats = dict(e.stats)
@@ -228,24 +230,33 @@ def xla_ops(xplane: Path, gpu: bool) -> tuple[list[tuple[float, float]], list[Op
                 if "hlo_op" in stats:
                     thunks.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
                                    stats.get("hlo_module", "")))
-    thunks += gpu_kernels(data) if gpu else []
+    thunks += device_ops(data) if accelerator else []
     ops = [Op(a / 1e9, b / 1e9, op, module, False) for _, a, b, op, module in thunks]
     owner = region_owner(thunks, records, regions)
     ops += [Op(r[1] / 1e9, r[2] / 1e9, *t, True) for r in regions if (t := owner(r))]
     return sorted(marks), ops
 
 
-def gpu_kernels(data) -> list[tuple]:
-    """The GPU's kernels as thunks (thread, start ns, end ns, hlo op, hlo module), from its stream lines (not
-    XProf's summaries)."""
+# Per accelerator, its planes' name and the trace lines that time its ops: a GPU's streams (not XProf's summaries),
+# a TPU's "XLA Ops" line (its steps and modules are lines of their own); else every line of the plane.
+DEVICE_LINES = {"/device:GPU": ("Stream",), "/device:TPU": ("XLA Ops",)}
+
+
+def device_ops(data) -> list[tuple]:
+    """The accelerator's ops as thunks (line, start ns, end ns, hlo op, hlo module): a GPU kernel names its HLO op in
+    its `hlo_op` stat, a TPU op by its event's own name."""
     out = []
     for plane in data.planes:
-        if plane.name.startswith("/device:GPU"):
-            for line in [line for line in plane.lines if line.name.startswith("Stream")] or plane.lines:
-                for e in line.events:
-                    if "hlo_op" in (stats := dict(e.stats)):
-                        out.append((line.name, e.start_ns, e.start_ns + e.duration_ns, stats["hlo_op"],
-                                    stats.get("hlo_module", "")))
+        prefix = next((p for p in DEVICE_LINES if plane.name.startswith(p)), None)
+        if prefix is None:
+            continue
+        lines = [line for line in plane.lines if line.name.startswith(DEVICE_LINES[prefix])] or plane.lines
+        for line in lines:
+            for e in line.events:
+                stats = dict(e.stats)
+                if "hlo_op" in stats or prefix == "/device:TPU":
+                    out.append((line.name, e.start_ns, e.start_ns + e.duration_ns,
+                                str(stats.get("hlo_op", e.name)).lstrip("%"), stats.get("hlo_module", "")))
     return out
 
 
