@@ -119,8 +119,8 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
 
 
 def finish(sweep: Sweep, report) -> int:
-    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code (1
-    where `report.fail_on_regression` and a variant is slower than the baseline)."""
+    """The end of a sweep or single run that ran to its end: report, close, last line; returns the exit code
+    (`whole`'s where every point was kept)."""
     from experiments.store.parent import ending  # mlflow is slow to import: only at the end
 
     baseline = report.baseline
@@ -128,7 +128,7 @@ def finish(sweep: Sweep, report) -> int:
     o = outcome(sweep, state)
     cut = o.counts["interrupted"]  # a job interrupted in a launcher's process (SLURM's SIGTERM at a time limit)
     complete = o.complete and not cut
-    problem = o.store_error
+    problem, slower = o.store_error, []
     if state.parent_run_id and not problem:
         try:
             status = ending(interrupted=bool(cut), failed=not complete)
@@ -143,22 +143,28 @@ def finish(sweep: Sweep, report) -> int:
                        f"could not finish the sweep's report and parent run ({why})")
     sweep.end("finished" if complete else "incomplete")
     if complete:
-        print(o.line())
-        if o.kept and not o.counts["ok"]:
-            print(f"nnbench: error: no point was measured: each one's reason is above and on its run "
-                  f"(failure_reason, skip_reason_<op>), the points in {sweep.directory}", file=sys.stderr)
-            return LOST
-        if report.fail_on_regression and slower:
-            print(f"nnbench: error: slower than {baseline} (paired, report.fail_on_regression=true): "
-                  f"{'; '.join(slower)}", file=sys.stderr)
-            return LOST
-        return 0
+        return whole(o, report, slower, sweep)
     unmeasured = "not measured" if cut else "lost"
     why = f"; {problem}" if problem else ""
     head = "nnbench: interrupted" if cut else "nnbench: error"
     print(f"{head}: {o.line(missing_as=unmeasured)}{why}; the points are kept in {sweep.directory}: "
           f"{UPLOAD} {sweep.directory} logs what the store lacks and closes the sweep; {RESUME}", file=sys.stderr)
     return LOST
+
+
+def whole(o: Outcome, report, slower: list[str], sweep: Sweep) -> int:
+    """The last line of a sweep that kept every point, and its exit code: 1 where it measured none, or where
+    `report.fail_on_regression` and a variant is slower than the baseline."""
+    print(o.line())
+    if o.kept and not o.counts["ok"]:
+        print(f"nnbench: error: no point was measured: each one's reason is above and on its run "
+              f"(failure_reason, skip_reason_<op>), the points in {sweep.directory}", file=sys.stderr)
+        return LOST
+    if report.fail_on_regression and slower:
+        print(f"nnbench: error: slower than {report.baseline} (paired, report.fail_on_regression=true): "
+              f"{'; '.join(slower)}", file=sys.stderr)
+        return LOST
+    return 0
 
 
 def end(sweep: Sweep, report, what: str = "sweep") -> None:

@@ -71,11 +71,16 @@ def run(cfg: DictConfig) -> None:
             raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
         log.error("job %s stopped by %s; the points it finished are kept in %s", out, e, out)
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
-        log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
-        if os.environ.get("NNBENCH_DEBUG"):  # as the commands do: the traceback, for a report
-            log.error("%s", traceback.format_exc())
+        harness_error(out, e)
     if not multirun:
         ending.end(sweep, this.config.report, "run")
+
+
+def harness_error(out: Path, e: Exception) -> None:
+    """A harness bug stopped the job: one line, and with NNBENCH_DEBUG=1 its traceback, as the commands raise it."""
+    log.error("job %s stopped by a harness error (%s); the points it finished are kept in %s", out, e, out)
+    if os.environ.get("NNBENCH_DEBUG"):
+        log.error("%s", traceback.format_exc())
 
 
 def launcher_stopped(e: interrupts.Signalled, group: list[tuple[Job, Path]], state: SweepState, out: Path,

@@ -103,7 +103,9 @@ def test_a_sweep_that_measured_no_point_exits_1_and_says_so(opened, tmp_path, mo
     """Every point skipped or failed, each kept and logged: the sweep is complete, and still it measured nothing."""
     sweep = Sweep(tmp_path / "sweep")
     monkeypatch.setattr(ending, "close_parent", lambda *a, **k: (2, []))
-    for counts, code in (({"skipped": 1, "failed": 1}, LOST), ({"ok": 1, "failed": 1}, 0)):
+    for counts, code, single in (({"skipped": 1, "failed": 1}, LOST, False), ({"ok": 1, "failed": 1}, 0, False),
+                                 ({"failed": 2}, LOST, True)):  # a single run has no parent run
+        sweep.write(replace(opened, parent_run_id=None if single else opened.parent_run_id))
         monkeypatch.setattr(ending, "outcome", lambda s, state: ending.Outcome(ending.Counter(**counts), planned=2))
         assert ending.finish(sweep, SimpleNamespace(baseline=DEFAULT_BASELINE, fail_on_regression=False)) == code
         out, err = capsys.readouterr()
