@@ -26,6 +26,7 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 import models
 from experiments.common.config import register
+from experiments.common.devices import present
 from tests.helpers import ROOT, fake_interpreter, unavailable
 
 register()
@@ -113,9 +114,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if getattr(item, "callspec", None) and item.callspec.params.get("name") in others:
             item.add_marker(pytest.mark.slow)
-    if _gpu_visible():
-        return
-    skip = pytest.mark.skip(reason="no CUDA GPU visible")
+    gpu, tpu = _gpu_visible(), bool(present().tpus)  # the bus, not jax: this process must not open the chip
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(pytest.mark.skip(reason="no CUDA GPU visible"))
+        if "tpu" in item.keywords and not tpu:
+            item.add_marker(pytest.mark.skip(reason="no TPU on the PCI bus"))

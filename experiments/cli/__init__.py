@@ -38,7 +38,8 @@ COMMANDS = {
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
     "calibrate": ("experiments.selfcheck.calibrate", "self-check: interval coverage, false alarms and detection"),
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
-    "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: the GPU path end to end (needs a GPU)"),
+    "devicecheck": ("experiments.selfcheck.devicecheck", "self-check: the accelerator's path end to end (a TPU or GPU)"),
+    "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: devicecheck --device gpu (its name before TPUs)"),
 }
 DESCRIPTION = "nnbench: JAX/Flax vs PyTorch benchmarks. These commands read, compare and repair what sweeps logged, " \
               "and check the harness and the machine."

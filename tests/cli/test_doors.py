@@ -233,7 +233,7 @@ def test_version(capsys):
 
 MINIMAL = {"compare": [], "export": ["--format", "timing"], "import": ["f.txt"], "ui": [], "upload": ["d"],
            "history": ["--by", "x"], "versions": [], "bisect": ["jax", "0.1..0.2"], "ab": ["framework=jax,torch"],
-           "sciml": [], "check": [], "agree": [], "calibrate": [], "overhead": [], "gpucheck": []}
+           "sciml": [], "check": [], "agree": [], "calibrate": [], "overhead": [], "devicecheck": [], "gpucheck": []}
 
 
 @pytest.mark.parametrize("command", sorted(MINIMAL))

@@ -1,17 +1,57 @@
-"""The GPU check: says plainly when there is no GPU; on a GPU, every run of the README sweep is on it."""
+"""The accelerator check: says plainly when the machine has none; judges each point run by where it ran and how it
+was timed; on a TPU or a GPU, every run of its sweeps is where it should be (tpu, gpu: skipped elsewhere)."""
+import math
+
+import pandas as pd
 import pytest
 
-from experiments.selfcheck import gpucheck
+from experiments.common.devices import Present
+from experiments.selfcheck import devicecheck
 from tests.helpers import nnbench
 
 
-@pytest.mark.skipif(gpucheck.gpu_visible(), reason="a GPU is visible")
-def test_without_a_gpu_it_runs_nothing_and_says_so(tmp_path):
-    r = nnbench("gpucheck", ["--out", str(tmp_path)], tmp_path)
+@pytest.mark.skipif(bool(devicecheck.present().tpus or devicecheck.present().gpu), reason="an accelerator is here")
+def test_without_an_accelerator_it_runs_nothing_and_says_so(tmp_path):
+    r = nnbench("devicecheck", ["--out", str(tmp_path)], tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "nnbench gpucheck: error: no GPU visible (nvidia-smi -L lists none): nothing was run; run it on a machine with "
-        "a GPU"]
+        "nnbench devicecheck: error: this machine has no accelerator (no TPU on the PCI bus, no NVIDIA device node): "
+        "nothing was run; run it on a TPU VM or a GPU machine"]
     assert not list(tmp_path.iterdir())
+
+
+def test_beside_a_tpu_jax_takes_the_chip_and_torch_the_hosts_cpu(monkeypatch):
+    monkeypatch.setattr(devicecheck, "present", lambda: Present(("TPU v5 lite",)))
+    assert devicecheck.accelerator("auto") == devicecheck.accelerator("tpu") == "tpu"
+    with pytest.raises(devicecheck.BadInput, match="^this machine has no NVIDIA GPU"):  # gpucheck's
+        devicecheck.accelerator("gpu")
+    assert devicecheck.overrides("readme", "tpu", "quick")[-1] == "device=auto"
+    assert devicecheck.overrides("seed004", "tpu", "quick")[-2:] == ["framework=jax", "device=tpu"]
+    assert devicecheck.overrides("readme", "gpu", "quick")[-1] == "device=gpu"
+
+
+def row(name, framework, device, sync, asked="auto", status="FINISHED", mfu=0.5, memory=1.0):
+    return {"tags.mlflow.runName": name, "params.framework": framework, "params.device": device, "status": status,
+            "params.sync": sync, "params.config.bench.sync": asked, "inference_mfu": mfu,
+            "inference_device_peak_mem_bytes": memory}
+
+
+def test_each_point_is_judged_by_where_it_ran_how_it_was_timed_and_its_mfu():
+    fine = [row("a", "jax", "tpu:0", "pipelined"), row("b", "torch", "cpu", "synced", memory=math.nan),
+            row("c", "jax", "tpu:0", "synced", asked="synced")]
+    assert devicecheck.problems(pd.DataFrame(fine), "tpu") == []
+    wrong = [row("d", "jax", "cpu", "synced"), row("e", "jax", "tpu:0", "pipelined", mfu=1.2),
+             row("f", "jax", "tpu:0", "pipelined", memory=math.nan), row("g", "torch", "cpu", "x", status="FAILED")]
+    assert devicecheck.problems(pd.DataFrame(wrong), "tpu") == [
+        "NOT ON THE TPU: d ran on cpu", "TIMED synced, NOT pipelined: d",
+        "MFU ABOVE 100%: e inference_mfu", "NO DEVICE MEMORY: f", "FAILED: g: "]
+
+
+@pytest.mark.tpu
+@pytest.mark.slow
+def test_the_readme_cell_runs_on_the_tpu_synced_and_pipelined(tmp_path):
+    r = nnbench("devicecheck", ["--device", "tpu", "--only", "readme", "--out", str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1 of 1 sweeps on the TPU finished every point where it should run" in r.stdout
 
 
 @pytest.mark.gpu
@@ -19,4 +59,4 @@ def test_without_a_gpu_it_runs_nothing_and_says_so(tmp_path):
 def test_readme_sweep_runs_on_the_gpu(tmp_path):
     r = nnbench("gpucheck", ["--only", "readme", "--out", str(tmp_path)], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "1 of 1 sweeps ran every point on the GPU" in r.stdout
+    assert "1 of 1 sweeps on the GPU finished every point where it should run" in r.stdout
