@@ -1,6 +1,7 @@
 """Framework adapters: `experiments/measure/backends/<name>_backend.py`, one per framework, imported only when selected.
 
-Every adapter mirrors the others: a `Backend` class (configure, prepare, matmul, peak memory, environment), `make_model`,
+Every adapter mirrors the others: a `Backend` class (configure, probe, prepare, matmul, peak memory, environment) and
+the platforms `device=auto` takes (`PLATFORMS`, chosen by `choose`), `make_model`,
 `build`, `to_input` and `make_loss` with the same signatures, the parity helpers `forward` and `loss_and_grads`
 (the `Reference` protocol), and `count_flops` (the framework's own FLOP counter). `prepare` takes a `models.ModelSpec`
 (the layer DSL, built from its canonical numpy weights) or a `models.Network` (a user's module, built by its own
@@ -72,7 +73,11 @@ class Traced:
 class Backend(Protocol):
     def configure(self, setup: Setup) -> str:
         """Set precision policy, device, compile mode and layout before any array exists; return the device
-        used ("cpu", "cuda:0"); raise Unavailable where this set-up can't run."""
+        used ("cpu", "cuda:0", "tpu:0": `choose` among the module's PLATFORMS); raise Unavailable where this set-up
+        can't run."""
+
+    def probe(self, setup: Setup) -> str:
+        """`configure`'s answer for the door, opening no device only one process may hold (a worker may need it)."""
 
     def prepare(self, spec: Any, op: str, batch: int, seed: int) -> Step:
         """Build the model (a ModelSpec from its numpy weights, a Network by its builder) and its batch, and return
