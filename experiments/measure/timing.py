@@ -83,14 +83,18 @@ def start(fn: Callable[[], Any], sync: Callable[[Any], None], budget: Budget, cl
 # A pipelined block pays one round trip to the device, at its end (its one sync): it holds calls enough that the
 # round trip (a synced call's time less a pipelined one's) is at most this share of the block...
 ROUND_TRIP_SHARE = 0.02
-MAX_PIPELINE = 1000  # ...and at most this many calls, whose outputs the device keeps until the sync
+# ...and at most this many calls, whose outputs the device keeps until the sync, lasting at most this long beyond
+# bench.min_block_s (a round trip under a millisecond is under 2% of it; on a busy CPU, where a sync is nothing, the
+# two estimates differed by load alone and asked for 7 s blocks of a 31 ms step).
+MAX_PIPELINE, MAX_PIPELINE_S = 1000, 0.05
 
 
 def pipeline_length(synced_s: float, pipelined_s: float, budget: Budget) -> int:
     """Calls per pipelined block: at least `budget.min_block_s` of them, and enough to hide the round trip."""
     per_call = max(pipelined_s, 1e-9)
     round_trip = max(0.0, synced_s - per_call)
-    wanted = max(budget.min_block_s / per_call, round_trip / (ROUND_TRIP_SHARE * per_call))
+    longest = max(budget.min_block_s, MAX_PIPELINE_S) / per_call
+    wanted = max(budget.min_block_s / per_call, min(longest, round_trip / (ROUND_TRIP_SHARE * per_call)))
     return max(1, min(MAX_PIPELINE, math.ceil(wanted - 1e-6)))
 
 

@@ -224,3 +224,4 @@ def test_a_pipeline_is_long_enough_to_hide_its_round_trip_and_no_longer_than_the
     assert timing.pipeline_length(0.59e-3, 0.14e-3, b) == 161  # 0.45 ms over 2% of 0.14 ms
     assert timing.pipeline_length(1e-4, 1e-4, b) == 10  # no round trip to hide: min_block_s of calls
     assert timing.pipeline_length(1.0, 1e-6, b) == timing.MAX_PIPELINE
+    assert timing.pipeline_length(0.06, 0.03, b) == 2  # a "round trip" that is load: at most MAX_PIPELINE_S of calls
