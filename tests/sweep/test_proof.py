@@ -14,7 +14,9 @@ import models
 from experiments.common.protocol import Point
 from experiments.measure import parity
 from experiments.store import records
-from experiments.sweep import preflight, processes, proof
+from experiments.store.sweepdir import Sweep, SweepState
+from experiments.sweep import cells, preflight, processes, proof
+from experiments.sweep.points import Points
 from tests.helpers.groups import measured_together
 from tests.models.test_network import CONV, MLP
 
@@ -96,6 +98,22 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
     first = collector.done[0].record
     assert first.tags["parity"] == "unchecked" and first.run_name.startswith("conv · ")
     assert processes.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
+
+
+def test_the_framework_a_network_lacks_is_skipped_while_its_cell_is_measured_with_the_other(make_cfg, nets, tmp_path,
+                                                                                              fake_python, monkeypatch):
+    """A torch-only network swept with jax and torch, paired, in a sweep that counts its progress: jax's points are
+    skipped with the reason before anything is measured (no rate yet: no ETA), torch's are measured."""
+    monkeypatch.setenv("FAKE_FAULT", "none")
+    jobs = [job(make_cfg, nets, "conv.py", f"framework={fw}", "+model.torch_only=true", f"runtime.python={fake_python}")
+            for fw in ("jax", "torch")]
+    sweep = Sweep(tmp_path / "sweep")
+    sweep.start(SweepState("sqlite:///x.db", "1", None, 2, 2, 0.0, measurements=2))
+    collectors = [Points(j, tmp_path / f"job-{i}", sweep=sweep, ticks=False) for i, j in enumerate(jobs)]
+    cells.run_group(jobs, collectors, tmp_path, [None, None], None)
+    (jax,), (torch,) = (c.records for c in collectors)
+    assert jax.outcome == "skipped" and jax.tags["skip_reason_inference"] == processes.lacks(jobs[0])
+    assert torch.outcome == "ok" and torch.metrics["inference_median_s"] == 0.001
 
 
 def test_a_sweep_of_one_framework_compares_nothing(make_cfg, tmp_path, monkeypatch):
