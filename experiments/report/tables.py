@@ -47,6 +47,9 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     # a paired point's label tells namesakes apart (`jax-jit fp32 runtime.python=jax==0.10.1`); `variant` stays the
     # name, which a point keeps along a history of versions
     t["label"] = t["variant"].fillna(named) if "variant" in t else named
+    timed = t.groupby("label")["sync"].transform("nunique") > 1  # bench.sync=synced,pipelined: apart, not replicates
+    if timed.any():
+        t.loc[timed, "label"] = t.loc[timed, "label"] + " " + t.loc[timed, "sync"].astype(str)
     t["variant"] = named
     t["run_date"] = pd.to_datetime(t["start_time"]).dt.strftime("%Y-%m-%d")
     return t.sort_values(["model", "op", "variant", "batch_size"], ignore_index=True)

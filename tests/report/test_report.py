@@ -196,3 +196,13 @@ def test_a_paired_report_keeps_each_speedups_interval(tmp_path):
     assert csv.loc[("jax-jit fp32", 128), "speedup_low"] == pytest.approx(0.485)
     assert csv.loc[("jax-jit fp32", 128), "speedup_paired"] and not csv.loc[("torch-compile fp32", 128),
                                                                              "speedup_paired"]
+
+
+def test_a_variant_timed_synced_and_pipelined_is_two_lines_not_replicates():
+    """bench.sync=synced,pipelined: each policy's points stay apart, named by it; a variant timed one way keeps its
+    name (jax pipelined on a TPU beside torch synced on the CPU)."""
+    runs = pd.DataFrame([run("jax-jit", 128, 0.59, **{"params.sync": "synced"}),
+                         run("jax-jit", 128, 0.14, **{"params.sync": "pipelined", "run_id": "jax-jit-128-p"}),
+                         run("torch-eager", 128, 2.5, **{"params.sync": "synced"})])
+    assert sorted(tables.points(tables.tidy(runs))["variant"]) == ["jax-jit fp32 pipelined", "jax-jit fp32 synced",
+                                                                  "torch-eager fp32"]
