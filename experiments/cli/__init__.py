@@ -38,7 +38,7 @@ COMMANDS = {
     "agree": ("experiments.selfcheck.agree", "self-check: the harness against torch's Timer and a bare loop"),
     "calibrate": ("experiments.selfcheck.calibrate", "self-check: interval coverage, false alarms and detection"),
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
-    "devicecheck": ("experiments.selfcheck.devicecheck", "self-check: the accelerator's path end to end (a TPU or GPU)"),
+    "devicecheck": ("experiments.selfcheck.devicecheck", "self-check: an accelerator's path end to end (a TPU or GPU)"),
     "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: devicecheck --device gpu (its name before TPUs)"),
 }
 DESCRIPTION = "nnbench: JAX/Flax vs PyTorch benchmarks. These commands read, compare and repair what sweeps logged, " \

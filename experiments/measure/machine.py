@@ -111,7 +111,8 @@ def check(duration_s: float = 2.0) -> MachineCheck:
     logs = np.log(windows)
     return MachineCheck(window_sd=float(np.std(logs, ddof=1)) if len(windows) > 1 else 0.0,
                         window_spread=max(windows) / min(windows),
-                        other_cores=background_cores({k: after[k] - before[k] for k in after}), load_avg_1m=load_average(),
+                        other_cores=background_cores({k: after[k] - before[k] for k in after}),
+                        load_avg_1m=load_average(),
                         cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                         facts=facts())
 

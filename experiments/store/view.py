@@ -25,9 +25,10 @@ Each point (model, variant, precision, batch size) is one child run, e.g. `lenet
 metrics per op (`inference_`, `training_`, `grad_`): `median_s` (the median over processes of each fresh
 process's median per call), `ci95_low_s`/`ci95_high_s` (where a re-run of the point is expected to read, 95%),
 `process_spread`, `throughput_samples_per_s`, `first_call_s` (compile plus the first run), `flops`, `mfu`,
-`peak_mem_bytes` (the host's), `device_peak_mem_bytes` (an accelerator's). Tags `noisy=true` (other processes used the CPU) and `unstable=true` (a re-run may read far
-from this one) flag numbers to read with care. Status FINISHED means measured (`outcome=skipped`: an op the model
-doesn't have), FAILED a fault (`failure_reason`), KILLED an interrupt."""
+`peak_mem_bytes` (the host's), `device_peak_mem_bytes` (an accelerator's). Tags `noisy=true` (other processes used
+the CPU) and `unstable=true` (a re-run may read far from this one) flag numbers to read with care. Status FINISHED
+means measured (`outcome=skipped`: an op the model doesn't have), FAILED a fault (`failure_reason`), KILLED an
+interrupt."""
 
 # The runs table's columns, chosen so that a collapsed sweep row answers on a 1600 px screen: its headline in the
 # Description column (the first 50 characters of a run's description; a point's row shows its medians there), the

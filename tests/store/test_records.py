@@ -91,8 +91,8 @@ def test_processes_fold_into_one_run_with_derived_metrics():
     results = []
     for median, busy in ((0.002, 0.0), (0.003, 0.5), (0.004, 0.1)):
         op = ok_op(median, 32)
-        results.append(PointResult(32, "cuda:0", ENV | {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off",
-                                                     "sync_policy": "pipelined"},
+        gpu = {"device_name": "NVIDIA H200", "precision_policy": "bf16/tf32-off", "sync_policy": "pipelined"}
+        results.append(PointResult(32, "cuda:0", ENV | gpu,
                                    {"inference": replace(op, flops=2 * 10**9, background_cores=busy,
                                                          peak_mem_bytes=int(median * 1e9))}, peak_tflops=2.0))
     rec = build(Point(32, ("inference",)), results)
