@@ -30,8 +30,9 @@ def run(a: argparse.Namespace) -> int:
     print(f"fixed loop, {WINDOW_S * 1e3:.0f} ms windows over {a.seconds:g} s: window medians spread "
           f"{m.window_spread:.2f}× (slowest / fastest), SD of their log {m.window_sd:.1%} (noisy above "
           f"{NOISY_WINDOW_SD:.0%})")
-    print(f"other processes: {m.other_cores:.2f} of {m.cores} cores (noisy above {NOISY_OTHER_CORES}); load average "
-          f"{m.load_avg_1m:.2f}")
+    others = f"{m.other_cores:.2f} of {m.cores} cores" if m.other_cores is not None else "unknown (/proc/stat reads 0)"
+    load = "unknown" if m.load_avg_1m is None else f"{m.load_avg_1m:.2f}"
+    print(f"other processes: {others} (noisy above {NOISY_OTHER_CORES}); load average {load}")
     print("kernel: " + (", ".join(f"{k} {v}" for k, v in m.facts.items()) or "no frequency or SMT information "
                         "(common on virtual machines)"))
     print(m.line())

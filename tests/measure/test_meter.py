@@ -40,3 +40,15 @@ def test_unknown_load_neither_oversubscribes_nor_makes_the_machine_noisy():
     check = MachineCheck(window_sd=0.01, window_spread=1.02, other_cores=None, load_avg_1m=None, cores=13)
     assert not check.noisy and "machine_other_cores" not in check.metrics()
     assert "other processes' CPU use unknown" in check.line() and "load unknown" in check.line()
+
+
+def test_nnbench_check_says_unknown_where_the_machine_hides_its_counters(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from experiments.selfcheck import check as command  # the command that prints a MachineCheck line by line
+
+    hidden = MachineCheck(window_sd=0.01, window_spread=1.02, other_cores=None, load_avg_1m=None, cores=13)
+    monkeypatch.setattr(command, "check", lambda seconds: hidden)
+    assert command.run(SimpleNamespace(seconds=0.4, json=False)) == 0
+    out = capsys.readouterr().out
+    assert "other processes: unknown (/proc/stat reads 0) (noisy above 0.2); load average unknown" in out
