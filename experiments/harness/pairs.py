@@ -152,7 +152,7 @@ class Session:
     def trial(self, which: list[int], servers: list) -> None:
         """One fresh trial over the cells `which` that a side is left to measure, in order (reversed in odd trials,
         so no cell always comes first in a process's life), its stages one after another, each cell kept once
-        every stage measured it."""
+        every stage measured it (or a signal stopped them)."""
         index, self.trials = self.trials, self.trials + 1
         todo = [i for i in which if not self.compared[i].done(len(self.sides))][::1 if index % 2 == 0 else -1]
         stages = self.plan.ordered(index, self.design.seed)
@@ -160,10 +160,12 @@ class Session:
             self.stage(stages[0], 0, todo, index, servers, self.keep)
             return
         parts: dict[int, list[Trial]] = {i: [] for i in todo}
-        for n, units in enumerate(stages):
-            self.stage(units, n, list(todo), index, servers, lambda i, t: parts[i].append(t))
-        for i in (i for i in todo if parts[i]):
-            self.keep(i, designs.merged(parts[i], len(self.sides), [self.plan.names(units) for units in stages]))
+        try:
+            for n, units in enumerate(stages):
+                self.stage(units, n, list(todo), index, servers, lambda i, t: parts[i].append(t))
+        finally:  # an interrupt keeps what the stages so far measured
+            for i in (i for i in todo if parts[i]):
+                self.keep(i, designs.merged(parts[i], len(self.sides), [self.plan.names(units) for units in stages]))
 
     def stage(self, units: tuple[int, ...], n: int, todo: list[int], index: int, servers: list,
               take: Callable[[int, Trial], object]) -> None:

@@ -153,3 +153,28 @@ def test_sides_of_one_environment_share_a_worker_that_is_never_stopped(tmp_path,
             assert all(turn.ok and len(turn.bursts) == 4 and turn.ready for turn in t.turns)
             assert t.log_ratio(1, 0) == pytest.approx(0.0, abs=1e-9)  # one process's speed, both sides
     assert {p.name for p in (tmp_path / "trials" / "trial-0").glob("*.log")} == {"AB.log"}
+
+
+class Stop(Exception):
+    """A signal, as the caller's checkpoint raises it."""
+
+
+def test_a_signal_between_alternating_workers_keeps_what_the_first_measured(tmp_path):
+    """The checkpoint raises once the trial's first worker went through both cells: each cell keeps that worker's
+    turn (saved, its samples a point's), with no ratio, the second worker never started."""
+    calls = []
+
+    def checkpoint():
+        calls.append(1)
+        if len(calls) == 2:
+            raise Stop
+
+    design = pairs.Design(burst_s=0.005, rounds=3, trials=1, max_trials=1, paired_design="alternating")
+    session = pairs.Session(stand_ins(tmp_path, "ab"), CELLS, design, tmp_path / "trials", checkpoint=checkpoint)
+    with pytest.raises(Stop):
+        session.run()
+    for c in session.compared:
+        (t,) = c.trials
+        first = "AB".index(t.stages[0])
+        assert [w.sides for w in t.workers] == [t.stages[0]] and t.turns[first].ok and not t.turns[1 - first].ready
+        assert t.log_ratio(1, 0) is None and (tmp_path / "trials" / c.cell.name / "trial-0.json").exists()
