@@ -253,9 +253,8 @@ def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifa
 # How a paired cell's variants took turns, by the points' tag `paired_design` (harness/designs.py); a store's points
 # from before it was recorded took turns in bursts.
 TURNS = {"bursts": "took turns in short bursts of warm workers, the idle ones stopped",
-         "in-process": "took turns in short bursts inside one warm worker (a device one process at a time may open)",
-         "alternating": "ran as whole workers one after another in each trial (a device one process at a time may "
-                        "open, environments that differ)"}
+         "in-process": "took turns in short bursts inside one warm worker per environment",
+         "alternating": "ran as whole workers one after another in each trial"}
 
 
 def design(runs: pd.DataFrame, baseline: str) -> list[str]:
