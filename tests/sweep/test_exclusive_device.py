@@ -32,11 +32,12 @@ def test_jax_jit_its_a_a_and_eager_take_turns_inside_one_worker(tmp_path):
     """framework.compile=true,true,false with in-process: one worker per trial serves all three, each side its own
     op (compiled once where jitted) and bursts; jit against itself reads no change, eager slower."""
     cwd = with_store(tmp_path)
+    # more trials, where trials read far off while others' programs ran are set aside (the suite runs beside it)
     r = run(["-m", "framework=jax", "framework.compile=true,true,false", *POINT, "bench.paired_design=in-process",
-             "bench.processes=3", "bench.max_processes=3", "report.baseline=jax-jit fp32"], cwd)
+             "bench.processes=3", "bench.max_processes=6", "report.baseline=jax-jit fp32"], cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     measured = trials(cwd)
-    assert len(measured) == 3
+    assert len(measured) >= 3
     for t in measured:
         assert t.failure is None and t.paired_design == "in-process" and not t.stages
         assert [(w.sides, w.stage) for w in t.workers] == [("ABC", 0)] and len(t.order) == 15
@@ -63,17 +64,17 @@ def test_two_environments_alternate_whole_workers_never_alive_at_once(tmp_path):
         pythons.append(fake_interpreter(tmp_path / name, FAKE_LOCKFILE=str(lock), FAKE_SLOWER=slower))
     cwd = with_store(tmp_path / "cwd")
     r = run(["-m", "framework=torch", f"runtime.python={','.join(pythons)}", *POINT, "parity=false",
-             "bench.paired_design=in-process", "bench.processes=4", "bench.max_processes=4"], cwd, FAKE_FAULT="none")
+             "bench.paired_design=in-process", "bench.processes=4", "bench.max_processes=8"], cwd, FAKE_FAULT="none")
     assert r.returncode == 0, r.stderr[-3000:]
     measured = trials(cwd)
-    assert len(measured) == 4
+    assert len(measured) >= 4
     lives = [w for t in measured for w in t.workers]
-    assert len(lives) == 8 and all(w.ended is not None for w in lives)
+    assert len(lives) == 2 * len(measured) and all(w.ended is not None for w in lives)
     assert not [(a, b) for a in lives for b in lives if a is not b and a.started < b.started < a.ended]
     for t in measured:
         assert t.failure is None and t.paired_design == "alternating" and sorted(t.stages) == ["A", "B"]
         assert [w.sides for w in t.workers] == t.stages and t.order == "".join(s * 5 for s in t.stages)
-    assert measured[1].stages == measured[0].stages[::-1] and measured[3].stages == measured[2].stages[::-1]
+    assert all(measured[i + 1].stages == measured[i].stages[::-1] for i in range(0, len(measured) - 1, 2))
     uri = f"sqlite:///{cwd}/mlruns/mlflow.db"
     df = runs(uri)
     b = df[df["tags.paired_baseline"].isna()].iloc[0]
