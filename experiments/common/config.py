@@ -137,6 +137,12 @@ PAIRED_THRESHOLD, ALPHA = 0.03, 0.05
 VARIANT_KEYS = ("framework", "precision", "device", "runtime", "external")
 
 
+# How a paired cell's variants take turns (bench.paired_design, harness/designs.py): `auto` by the device, or forced:
+# a worker per variant in bursts, variants of one environment inside one worker, or whole workers alternating.
+PAIRED_DESIGNS = ("auto", "bursts", "in-process", "alternating")
+PairedDesign = StrEnum("PairedDesign", {d: d for d in PAIRED_DESIGNS})
+
+
 @dataclass
 class FrameworkConf:
     name: Framework = MISSING
@@ -164,6 +170,7 @@ class BenchConf(Budget):
     paired: bool = True  # a cell's variants take turns in bursts of warm workers (false: each job on its own)
     rounds: int = MISSING  # paired: bursts per variant, per cell and trial
     burst_s: float = 0.02  # paired: one burst's length
+    paired_design: PairedDesign = PairedDesign.auto  # paired: how variants take turns; auto: by the device they hold
     max_processes: int = MISSING  # paired: more trials, up to this many, for a cell whose ratio is not settled...
     target_ratio_ci: float = MISSING  # ...while its 95% interval is wider than ±this, or its verdict inconclusive
 

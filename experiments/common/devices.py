@@ -53,6 +53,13 @@ def present(root: Path = Path("/")) -> Present:
     return Present(tuple(tpus), any((root / node).exists() for node in NVIDIA_NODES))
 
 
+def platform(device: str) -> str:
+    """The `device=` option a worker's device is (`tpu:0` tpu, `cuda:0` gpu, `cpu` cpu): a job's `device=auto` as its
+    door's probe resolved it, so the parent knows which workers will hold a device only one may open."""
+    kind = device.split(":")[0]
+    return "gpu" if kind in ("cuda", "gpu") else kind
+
+
 def accelerated(device: str, machine: Present | None = None) -> bool:
     """Whether a `device=` option runs on an accelerator here: tpu and gpu do; auto does where the machine has one."""
     if device == "auto":

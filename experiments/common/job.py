@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from experiments.common.config import EXTERNAL, Config
+from experiments.common.devices import platform
 from experiments.common.protocol import Budget, Point, Request, Setup
 from models import Model
 
@@ -23,6 +24,7 @@ class Job:
     spec: Model | None  # None: a model nnbench does not declare (an imported runner's)
     points: tuple[Point, ...]
     fingerprint: str | None = None  # of the worker's environment, as its probe reported it
+    device: str | None = None  # where its probe said its workers will run (`tpu:0`): what `device=auto` resolved to
     # The model's own tags on each of its points (its source, its parity with the other framework, where its FLOPs
     # come from, its parameter count per framework), and "op:batch" -> FLOPs of one call where the worker can't
     # count them (a user's network, counted by one framework for both): what the sweep's parity process found.
@@ -63,7 +65,8 @@ class Job:
         """How the framework is set up in the worker (as plain text: it crosses the process boundary)."""
         c = self.config
         fmt = c.framework.memory_format
-        return Setup(str(c.precision.name), str(c.device), c.precision.tf32, c.framework.compile,
+        return Setup(str(c.precision.name), platform(self.device) if self.device else str(c.device),
+                     c.precision.tf32, c.framework.compile,
                      str(c.framework.compile_mode), str(fmt) if fmt is not None else "n/a", c.framework.threads)
 
     def request(self, peaks: Path | None = None, between: dict[str, float] | None = None) -> Request:

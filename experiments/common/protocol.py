@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Union
 
+from experiments.common.devices import EXCLUSIVE, platform
+
 
 @dataclass
 class Budget:
@@ -134,6 +136,12 @@ class Setup(Json):
     memory_format: str = "contiguous"  # torch: contiguous or channels_last; jax: nhwc
     threads: int | None = None  # intra-op threads (framework.threads); None: the framework's own choice
 
+    @property
+    def exclusive(self) -> bool:
+        """Whether the worker holds a device only one process at a time may open: the device as resolved before any
+        worker starts (`device=tpu`, or `auto` where it resolves to a TPU)."""
+        return platform(self.device) in EXCLUSIVE  # one process on it at a time (harness/designs.py)
+
 
 @dataclass(frozen=True)
 class Request(Json):
@@ -150,6 +158,7 @@ class Request(Json):
     profile_dir: str | None = None  # a profile request: profile each op instead of timing it, files go here
     paired: str | None = None  # a paired request: serve the parent's commands (prepare an op, burst) on this socket
     flops: dict[str, int] = field(default_factory=dict)  # "op:batch" -> FLOPs per call the worker can't count itself
+    variants: tuple[Setup, ...] = ()  # paired: more set-ups this worker serves in turn, variants sharing one process
 
 
 @dataclass(frozen=True)
@@ -253,9 +262,10 @@ class PointResult(Json):
     machine: dict[str, float] = field(default_factory=dict)  # numeric facts: core counts, memory, load average
 
 
-# A paired request (`Request.paired`): the worker connects to the request's socket and answers `Ready`, then, per
-# `Command`, prepares one op of one point as a timed worker would (`Prepared`; the op it had before is freed), times
-# one `Burst` of it, or ends. One JSON object per line on the socket.
+# A paired request (`Request.paired`): the worker connects to the request's socket and answers `Ready` (one per
+# set-up it serves: the request's, then each of `Request.variants`), then, per `Command`, prepares one op of one point
+# for one set-up as a timed worker would (`Prepared`; the ops of another cell are freed first), times one `Burst` of
+# it, or ends. One JSON object per line on the socket.
 
 
 @dataclass(frozen=True)
@@ -266,6 +276,7 @@ class Command(Json):
     seconds: float = 0.0  # a burst: time blocks of calls for about this long
     batch_size: int = 0  # prepare: the point's batch size...
     op: str = ""  # ...and the op
+    variant: int = 0  # prepare, burst: which set-up (0: the request's own; k: `Request.variants[k - 1]`)
 
 
 @dataclass

@@ -333,9 +333,9 @@ def new_lines(path: Path, offset: int) -> tuple[list[str], int]:
     return [line.decode() for line in data[:end].splitlines() if line.strip()], offset + end
 
 
-def probe(asks: list[tuple[str, str, Setup, str]]) -> list[tuple[str | None, str | None]]:
-    """Ask workers, in parallel, whether each (python, framework, set-up, allocator) works: (None, fingerprint)
-    where it does, (the problem, None) where it doesn't."""
+def probe(asks: list[tuple[str, str, Setup, str]]) -> list[tuple[str | None, str | None, str | None]]:
+    """Ask workers, in parallel, whether each (python, framework, set-up, allocator) works: (None, fingerprint, the
+    device its workers will take, e.g. `tpu:0`) where it does, (the problem, None, None) where it doesn't."""
     procs = [subprocess.Popen([python, "-m", WORKER, "--probe", fw, setup.to_json()], cwd=ROOT,
                               env=environ(allocator), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for python, fw, setup, allocator in asks]
@@ -344,8 +344,9 @@ def probe(asks: list[tuple[str, str, Setup, str]]) -> list[tuple[str | None, str
         stdout, stderr = p.communicate()
         lines = stdout.strip().splitlines()
         if p.returncode == 0:
-            out.append((None, lines[1] if len(lines) > 1 else None))  # an interpreter of old may print the device only
+            out.append((None, lines[1] if len(lines) > 1 else None,  # an interpreter of old may print the device only
+                        lines[0] if lines else None))
         else:
             out.append((stdout.strip() or (stderr.strip().splitlines() or [f"probe exited with {p.returncode}"])[-1],
-                        None))
+                        None, None))
     return out

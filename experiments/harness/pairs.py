@@ -17,11 +17,15 @@ The unit of evidence is one trial: log(side/base), the median of its rounds' log
 The caller judges the cells from their trials (`settled`); a cell it leaves unsettled gets more trials, up to
 `Design.max_trials`. Each trial's cell is saved to disk as it ends (`<cell>/trial-<n>.json`), every burst kept.
 
-The rooms: `trials` (the data), `turns` (the workers taking turns), this module (the rounds, trials and session);
-callers use this module's names.
+Where a device admits one process at a time (a TPU chip), sides of one environment share a worker and workers of
+different environments alternate, whole processes one after another per trial (`designs`).
+
+The rooms: `trials` (the data), `turns` (the workers taking turns), `designs` (which sides share a worker, which
+workers alternate), this module (the rounds, trials and session); callers use this module's names.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,15 +37,16 @@ import numpy as np
 
 from experiments.common.config import EXTERNAL
 from experiments.common.protocol import Burst
-from experiments.harness import manager
+from experiments.harness import designs, manager
 from experiments.harness.trials import (BURST_S, MAX_TRIALS, MIN_ROUNDS, ORDERS, ROUNDS, TRIAL, TRIALS, Cell, Compared,
                                         Design, Side, Trial, Turn, cells_of, letter)
+from experiments.harness.designs import plan
 from experiments.harness.turns import PairedWorker, PairFailed, Workers, server, stopped
 from experiments.measure.meter import meter
 
 __all__ = ["BURST_S", "MAX_TRIALS", "MIN_ROUNDS", "ORDERS", "ROUNDS", "TRIAL", "TRIALS", "Cell", "Compared", "Design",
            "Judged", "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
-           "compare", "orders", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
+           "compare", "orders", "plan", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
 
 def orders(design: Design, index: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
     """The sides' order in each round of trial `index`: rotating (AB, BA, AB, ... for two sides; each side first in
@@ -70,7 +75,7 @@ def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.r
     trials, the last in odd ones), then `design.rounds` rounds of one burst per side, one worker running at a time.
     The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed for a worker that crashed,
     hung or would not stop."""
-    t0, live, turns = time.perf_counter(), workers.live, len(workers.live) > 1  # one side alone is never stopped
+    t0, live, turns = time.perf_counter(), workers.live, workers.taking_turns  # a worker alone is never stopped
     trial = Trial(index, [Turn(ready=r) for r in workers.ready])
     for i in (range(len(live)) if index % 2 == 0 else reversed(range(len(live)))):
         if i in skip:
@@ -103,7 +108,8 @@ class Session:
     the caller's judge leaves unsettled, up to `design.max_trials`. `compared` holds every trial so far, also after
     an interrupt, which the caller handles. A side whose worker failed on a cell (a crash, an OOM kill, a timeout)
     sits that cell out from then on; the trial goes on with fresh workers for its other cells. `checkpoint` is
-    called after each cell and before a fault is recorded: it raises where the caller must stop (a signal)."""
+    called after each cell and before a fault is recorded: it raises where the caller must stop (a signal). Which
+    sides share a worker and which workers alternate: `plan` (`designs`, by `design.paired_design`)."""
 
     def __init__(self, sides: list[Side], cells: list[Cell], design: Design, directory: Path,
                  on_trial: Callable[[Compared, Trial], None] = lambda c, t: None,
@@ -113,14 +119,18 @@ class Session:
                              "turns with another worker's")
         self.sides, self.design, self.directory, self.on_trial = sides, design, directory, on_trial
         self.checkpoint = checkpoint
+        self.plan = designs.plan(sides, design.paired_design)
         self.compared = [Compared(c) for c in cells]
         self.rng = np.random.default_rng(design.seed)
         self.trials = 0
 
     def run(self, settled: Settled = lambda cs: [True] * len(cs)) -> list[Compared]:
-        with ThreadPoolExecutor(len(self.sides)) as pool:  # the servers import their frameworks at once
-            servers = list(pool.map(server, self.sides, (self.directory / f"server-{letter(i)}.log"
-                                                         for i in range(len(self.sides)))))
+        firsts = [unit[0] for unit in self.plan.units]  # a unit's worker is its first side's
+        servers = [None] * len(self.sides)
+        with ThreadPoolExecutor(len(firsts)) as pool:  # the servers import their frameworks at once
+            for i, s in zip(firsts, pool.map(server, [self.sides[i] for i in firsts],
+                                             (self.directory / f"server-{letter(i)}.log" for i in firsts))):
+                servers[i] = s
         try:
             for _ in range(self.design.trials):
                 self.trial(list(range(len(self.compared))), servers)
@@ -141,34 +151,57 @@ class Session:
 
     def trial(self, which: list[int], servers: list) -> None:
         """One fresh trial over the cells `which` that a side is left to measure, in order (reversed in odd trials,
-        so no cell always comes first in a process's life); fresh workers again after a fault."""
+        so no cell always comes first in a process's life), its stages one after another, each cell kept once
+        every stage measured it (or a signal stopped them)."""
         index, self.trials = self.trials, self.trials + 1
         todo = [i for i in which if not self.compared[i].done(len(self.sides))][::1 if index % 2 == 0 else -1]
+        stages = self.plan.ordered(index, self.design.seed)
+        if len(stages) == 1:
+            self.stage(stages[0], 0, todo, index, servers, self.keep)
+            return
+        parts: dict[int, list[Trial]] = {i: [] for i in todo}
+        try:
+            for n, units in enumerate(stages):
+                self.stage(units, n, list(todo), index, servers, lambda i, t: parts[i].append(t))
+        finally:  # an interrupt keeps what the stages so far measured
+            for i in (i for i in todo if parts[i]):
+                self.keep(i, designs.merged(parts[i], len(self.sides), [self.plan.names(units) for units in stages]))
+
+    def stage(self, units: tuple[int, ...], n: int, todo: list[int], index: int, servers: list,
+              take: Callable[[int, Trial], object]) -> None:
+        """The cells `todo` measured by the workers of the plan's `units`, the `n`-th stage of trial `index`, each
+        cell's trial handed to `take`; fresh workers again after a fault. A worker whose sides all sit out every
+        cell left (each failed there before: one that can't start, say) is not started."""
         while todo:
+            out = set.intersection(*(self.compared[i].failed() for i in todo))
+            mine = [self.plan.units[u] for u in units if not set(self.plan.units[u]) <= out]
+            if not mine:
+                return
             try:
-                workers = Workers(self.sides, servers, self.directory / f"trial-{index}").start(index == 0)
+                workers = Workers(self.sides, servers, self.directory / f"trial-{index}", mine, n).start(index == 0)
             except PairFailed as e:  # a worker that can't start fails every cell it would measure
                 self.checkpoint()
                 for i in todo:
-                    self.keep(i, Trial(index, [], failure=str(e), failed_side=e.side, stderr_tail=self.tails(index)))
+                    take(i, Trial(index, [], failure=str(e), failed_side=e.side, stderr_tail=self.tails(index)))
                 return
             with workers:
                 while todo:
-                    trial = self.cell(workers, todo.pop(0), index)
+                    trial = self.cell(workers, todo.pop(0), index, take)
                     if trial.failure is not None:
                         break  # its workers are spent: fresh ones for the rest
 
-    def cell(self, workers: Workers, i: int, index: int) -> Trial:
+    def cell(self, workers: Workers, i: int, index: int, take: Callable[[int, Trial], object]) -> Trial:
         c = self.compared[i]
         try:
-            trial = run_cell(workers, c.cell, self.design, index, self.rng, c.failed())
+            trial = run_cell(workers, c.cell, self.design, index, self.rng, c.failed() | workers.absent)
         except PairFailed as e:
             self.checkpoint()  # a signal killed the workers: not a fault of this cell
             if e.side is not None:  # hung, or would not stop: killed, not asked to end (30 s more of waiting)
                 workers.live[e.side].kill()
             trial = Trial(index, [Turn(ready=r) for r in workers.ready], failure=str(e), failed_side=e.side,
                           stderr_tail=self.tails(index))
-        self.keep(i, trial)
+        trial.workers = workers.lives  # read when the trial is kept: by then a stage's workers have ended
+        take(i, trial)
         self.checkpoint()
         return trial
 
@@ -177,6 +210,8 @@ class Session:
         c = self.compared[i]
         where = self.directory / c.cell.name
         where.mkdir(parents=True, exist_ok=True)
+        trial.paired_design = self.plan.name
+        trial.workers = [dataclasses.replace(w) for w in trial.workers]  # as they are now: a live one's end unknown
         (where / TRIAL.format(trial.index)).write_text(trial.to_json())
         c.trials.append(trial)
         self.on_trial(c, trial)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from experiments.common.config import PAIRED_DESIGNS
 from experiments.common.job import Job
 from experiments.common.protocol import Burst, Json, Point, Prepared, Ready, Request
 from experiments.harness import manager
@@ -36,10 +37,13 @@ class Design(Json):
     max_trials: int = MAX_TRIALS
     order: str = "abba"
     seed: int = 0  # of the random order
+    paired_design: str = "auto"  # which sides share a worker and which workers alternate (harness/designs.py)
 
     def __post_init__(self):
         if self.order not in ORDERS:
             raise ValueError(f"order {self.order!r}: one of {', '.join(ORDERS)}")
+        if self.paired_design not in PAIRED_DESIGNS:
+            raise ValueError(f"paired_design {self.paired_design!r}: one of {', '.join(PAIRED_DESIGNS)}")
         if self.burst_s <= 0 or self.rounds < 1 or self.trials < 1 or self.max_trials < self.trials:
             raise ValueError(f"{self}: bursts and rounds must be positive, and max_trials at least trials")
 
@@ -110,12 +114,29 @@ class Turn(Json):
 
 
 @dataclass
+class Lifetime(Json):
+    """A worker of a trial: the sides it served (their letters), its pid, the stage it ran in (workers of different
+    stages never live at once) and when it started and was reaped (epoch seconds; None: alive when the trial's cell
+    was saved)."""
+
+    sides: str
+    pid: int
+    stage: int
+    started: float
+    ended: float | None = None
+
+
+@dataclass
 class Trial(Json):
-    """One fresh worker per side on one cell: each side's turn, and the order the bursts ran in."""
+    """One fresh worker per side on one cell (or one serving several sides): each side's turn, and the order the
+    bursts ran in."""
 
     index: int
     turns: list[Turn]
     order: str = ""  # the sides' letters in the order their bursts ran: ABBAAB...
+    paired_design: str = "bursts"  # how the sides took turns (harness/designs.py): `bursts+in-process` where mixed
+    stages: list[str] = field(default_factory=list)  # alternating: each stage's workers (their sides), in turn
+    workers: list[Lifetime] = field(default_factory=list)  # the workers that served the cell
     wall_s: float = 0.0  # the cell's time in this trial: preparations, bursts, stops
     failure: str | None = None  # a crash, a hang, a worker that never connected: the trial's cell is left out
     failed_side: int | None = None  # whose worker it was

@@ -25,7 +25,7 @@ import psutil
 from experiments.common.config import EXTERNAL
 from experiments.common.protocol import Burst, Command, Prepared, Ready
 from experiments.harness import manager
-from experiments.harness.trials import Cell, Side, letter
+from experiments.harness.trials import Cell, Lifetime, Side, letter
 
 class PairFailed(Exception):
     """A paired worker crashed, hung or never connected: the message says which and why; `side` is its side."""
@@ -52,11 +52,14 @@ def stopped(pid: int) -> bool:
 
 
 class PairedWorker:
-    """One side's worker in a trial: started with a paired request (forked by the side's server, else spawned), its
-    socket, its commands, its stops and continues."""
+    """One side's worker in a trial, or one serving several sides (`indices`, the first's request, the others'
+    set-ups as its variants): started with a paired request (forked by the side's server, else spawned), its socket,
+    its commands, its stops and continues, when it started and was reaped."""
 
-    def __init__(self, side: Side, server: manager.ForkServer | None, directory: Path, index: int):
-        self.side, self.index, self.name = side, index, letter(index)
+    def __init__(self, sides: list[Side], server: manager.ForkServer | None, directory: Path, indices: list[int]):
+        side = sides[0]
+        self.side, self.indices, self.index, self.name = side, indices, indices[0], "".join(map(letter, indices))
+        self.started, self.ended = time.time(), None
         self.log = directory / f"{self.name}.log"
         self.home = tempfile.mkdtemp(prefix="nnbench-pair-")  # private (0700), and short: a socket path is <108 bytes
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -64,7 +67,8 @@ class PairedWorker:
         self.listener.listen(1)
         self.conn: socket.socket | None = None
         self.buffer, self.family, self.rc = b"", [], None
-        request = dataclasses.replace(side.request, paired=self.listener.getsockname())
+        request = dataclasses.replace(side.request, paired=self.listener.getsockname(),
+                                      variants=tuple(s.request.setup for s in sides[1:]))
         path, results = directory / f"{self.name}-request.json", directory / f"{self.name}-results.jsonl"
         path.write_text(request.to_json())
         worker = None
@@ -75,8 +79,8 @@ class PairedWorker:
     def failed(self, why: str) -> PairFailed:
         return PairFailed(why, self.index)
 
-    def ready(self) -> Ready:
-        """Wait for the worker to connect and say it is ready."""
+    def ready(self) -> list[Ready]:
+        """Wait for the worker to connect and say it is ready, once per side it serves."""
         deadline = time.monotonic() + self.side.timeout_s
         while not select.select([self.listener], [], [], 0.5)[0]:
             if self.wait(0) is not None:
@@ -88,7 +92,7 @@ class PairedWorker:
         pid = self.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
         if int.from_bytes(pid[:4], "little") != self.worker.pid:
             raise self.failed(f"another process connected to worker {self.name}'s socket")
-        return Ready.from_json(self.read(self.side.timeout_s))
+        return [Ready.from_json(self.read(self.side.timeout_s)) for _ in self.indices]
 
     def read(self, timeout: float) -> str:
         """The worker's next line; PairFailed once it is gone or silent for `timeout` seconds."""
@@ -114,12 +118,16 @@ class PairedWorker:
             self.conn.sendall(command.to_json().encode() + b"\n")
         return self.read(timeout)
 
-    def prepare(self, cell: Cell) -> Prepared:
-        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op),
+    def prepare(self, cell: Cell, variant: int = 0) -> Prepared:
+        """The cell's op prepared for the side it serves `variant`-th (a failure then names that side)."""
+        self.index = self.indices[variant]
+        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op, variant=variant),
                                            self.side.timeout_s))
 
-    def burst(self, seconds: float) -> Burst:
-        return Burst.from_json(self.ask(Command("burst", seconds), self.side.timeout_s + 100 * seconds))
+    def burst(self, seconds: float, variant: int = 0) -> Burst:
+        self.index = self.indices[variant]
+        return Burst.from_json(self.ask(Command("burst", seconds, variant=variant),
+                                        self.side.timeout_s + 100 * seconds))
 
     def stop(self) -> None:
         """Stop the worker and whatever it started, and wait until every thread of each has stopped. Its children
@@ -155,6 +163,7 @@ class PairedWorker:
         """Its exit code, once it has ended (within `timeout` seconds); else None."""
         if self.rc is None:
             self.rc = self.worker.wait(timeout)
+            self.ended = time.time() if self.rc is not None else None
         return self.rc
 
     def end(self) -> None:
@@ -171,7 +180,7 @@ class PairedWorker:
         """Kill the worker and what it started (a stopped process dies of SIGKILL all the same), and reap it."""
         if self.wait(0) is None:
             self.worker.kill()
-            self.rc = -signal.SIGKILL
+            self.rc, self.ended = -signal.SIGKILL, time.time()
 
     def close(self) -> None:
         for s in (self.conn, self.listener):
@@ -180,46 +189,101 @@ class PairedWorker:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-class Workers:
-    """One trial's workers, one per side, started together; every one killed and closed on the way out."""
+class Variant:
+    """A side served by a worker that serves several: its commands name the side's set-up; the worker stops and
+    continues for it."""
 
-    def __init__(self, sides: list[Side], servers: list, directory: Path):
-        self.sides, self.servers, self.directory = sides, servers, directory
-        self.live: list[PairedWorker] = []
-        self.ready: list[Ready] = []
+    def __init__(self, worker: PairedWorker, k: int):
+        self.worker, self.k = worker, k
+
+    def prepare(self, cell: Cell) -> Prepared:
+        return self.worker.prepare(cell, self.k)
+
+    def burst(self, seconds: float) -> Burst:
+        return self.worker.burst(seconds, self.k)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def cont(self) -> None:
+        self.worker.cont()
+
+    def kill(self) -> None:
+        self.worker.kill()
+
+    def cpu_s(self) -> float:
+        """The worker's CPU time, counted once: by its first side."""
+        return self.worker.cpu_s() if self.k == 0 else 0.0
+
+
+class Absent:
+    """A side whose worker runs in another stage of the trial: it sits this stage's cells out."""
+
+    def cpu_s(self) -> float:
+        return 0.0
+
+
+class Workers:
+    """One trial's workers (of one stage), started together; every one killed and closed on the way out. `units`:
+    the sides each worker serves (default: a worker per side); a side in none sits the stage out (`absent`)."""
+
+    def __init__(self, sides: list[Side], servers: list, directory: Path, units: list[tuple[int, ...]] | None = None,
+                 stage: int = 0):
+        self.sides, self.servers, self.directory, self.stage = sides, servers, directory, stage
+        self.units = units if units is not None else [(i,) for i in range(len(sides))]
+        self.processes: list[PairedWorker] = []
+        self.live: list[PairedWorker | Variant | Absent] = [Absent() for _ in sides]  # per side: what it talks to
+        self.ready: list[Ready | None] = [None] * len(sides)
+        self.lives: list[Lifetime] = []  # each worker's, reaped ones with their end
+
+    @property
+    def taking_turns(self) -> bool:
+        """Whether more than one worker lives: a worker alone is never stopped."""
+        return len(self.units) > 1
+
+    @property
+    def absent(self) -> set[int]:
+        return {i for i, w in enumerate(self.live) if isinstance(w, Absent)}
 
     def start(self, one_by_one: bool = False) -> "Workers":
-        """Start every side's worker; once each is ready, stop it. PairFailed (every one killed) where one can't.
+        """Start every unit's worker; once each is ready, stop it. PairFailed (every one killed) where one can't.
         They start at once, or `one_by_one`: the first trial's workers calibrate their framework's peak as they
         start (`measure.peaks`), which another worker's start beside them would disturb."""
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
-            for i, (s, server) in enumerate(zip(self.sides, self.servers)):
-                self.live.append(PairedWorker(s, server, self.directory, i))
+            for unit in self.units:
+                w = PairedWorker([self.sides[i] for i in unit], self.servers[unit[0]], self.directory, list(unit))
+                self.processes.append(w)
+                self.lives.append(Lifetime(w.name, w.worker.pid, self.stage, w.started))
+                for k, i in enumerate(unit):
+                    self.live[i] = w if len(unit) == 1 else Variant(w, k)
                 if one_by_one:
-                    self.started(self.live[-1])
-            for w in self.live[len(self.ready):]:  # none measures until every one is ready and stopped
-                self.started(w)
+                    self.started(w)
+            for w in self.processes:  # none measures until every one is ready and stopped
+                if w.conn is None:
+                    self.started(w)
         except BaseException:
             self.__exit__(PairFailed, None, None)
             raise
         return self
 
     def started(self, w: PairedWorker) -> None:
-        self.ready.append(w.ready())
-        if len(self.sides) > 1:  # one side alone has no one to take turns with
+        for i, ready in zip(w.indices, w.ready()):
+            self.ready[i] = ready
+        if self.taking_turns:  # one worker alone has no one to take turns with
             w.stop()
 
     def __enter__(self) -> "Workers":
         return self
 
     def __exit__(self, *exc) -> None:
-        for w in self.live:
+        for w, life in zip(self.processes, self.lives):
             if exc[0] is None:
                 with contextlib.suppress(PairFailed):
                     w.end()
             w.kill()
             w.close()
+            life.ended = w.ended
 
 
 def server(side: Side, log: Path) -> manager.ForkServer | None:

@@ -74,6 +74,9 @@ class Paired:
     ops: dict[str, PairedComparison] = field(default_factory=dict)  # op -> this variant's time over the baseline's
     differs: tuple[str, ...] = ()  # what differs from the baseline besides the variant itself (threads, host, ...)
     repro: dict[str, str] = field(default_factory=dict)  # op -> the command that measures just that cell again
+    # how it took turns with the baseline: `bursts`, `in-process` or `alternating` (harness/designs.py); on the
+    # baseline's own points, every design of its cell (`bursts+in-process`)
+    design: str = "bursts"
 
     @property
     def is_baseline(self) -> bool:

@@ -120,9 +120,7 @@ def main(request_path: str, results_path: str) -> int:
         return 3
     req = dataclasses.replace(req, budget=timing.resolved(req.budget, device))  # bench.sync=auto, on this device
     env, machine = environment(backend, req.setup) | {"sync_policy": req.budget.sync}, machine_record()
-    calibrate = partial(peaks.calibrate, backend.matmul, budget=peaks.within(req.budget))
-    peak = peaks.calibrated(Path(req.peaks), env, req.framework, calibrate) if req.peaks and not req.profile_dir \
-        else None
+    peak = calibrated(backend, req, env)
     spec = models.declared(**req.model)  # built here for this framework only: no other side is imported
     startup: float | None = time.time() - psutil.Process().create_time()  # a spawn's imports; a fork's set-up only
     threads = intra_op_threads(env)
@@ -142,6 +140,27 @@ def main(request_path: str, results_path: str) -> int:
             f.flush()
             startup = None
     return 0
+
+
+def calibrated(backend, req: Request, env: dict[str, str]) -> float | None:
+    """The peak TFLOP/s of this framework and set-up, from the sweep's cache of calibrated peaks or measured here."""
+    if not req.peaks or req.profile_dir:
+        return None
+    calibrate = partial(peaks.calibrate, backend.matmul, budget=peaks.within(req.budget))
+    return peaks.calibrated(Path(req.peaks), env, req.framework, calibrate)
+
+
+def served(bench: Workbench, ready: Ready) -> list[tuple[Workbench, Ready]]:
+    """Each set-up a paired worker serves, configured in turn: the request's own (`bench`, `ready`), then each of its
+    `variants`, with its own environment record and peak (variants sharing one process: harness/designs.py)."""
+    out = [(bench, ready)]
+    for setup in bench.req.variants:
+        req = dataclasses.replace(bench.req, setup=setup, variants=())
+        device = bench.backend.configure(setup)
+        env = environment(bench.backend, setup) | {"sync_policy": req.budget.sync}
+        out.append((Workbench(bench.backend, bench.spec, req, device),
+                    dataclasses.replace(ready, environment=env, peak_tflops=calibrated(bench.backend, req, env))))
+    return out
 
 
 def prepare(bench: Workbench, command: Command):
@@ -171,31 +190,47 @@ def prepare(bench: Workbench, command: Command):
 
 
 def paired(bench: Workbench, ready: Ready) -> int:
-    """Serve a paired request: answer `Ready`, then per command prepare an op (`Prepared`; the previous op is freed
-    first), time one `Burst` of it, or end. Between commands the worker waits in a read (the parent also stops it,
-    threads and all, while another worker runs)."""
+    """Serve a paired request: answer `Ready` for each set-up served, then per command prepare an op of one set-up
+    (`Prepared`; another cell's ops are freed first), time one `Burst` of it, or end. Between commands the worker
+    waits in a read (the parent also stops it, threads and all, while another worker runs). A worker serving several
+    set-ups configures each before its command: its precision policy holds for that set-up's calls alone."""
+    try:
+        benches = served(bench, ready)
+    except Unavailable as e:
+        print(f"nnbench: error: {e}", file=sys.stderr)
+        return 3
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(bench.req.paired)
         commands = sock.makefile("rb")
-        sock.sendall(ready.to_json().encode() + b"\n")
-        step, prepared = None, None
+        sock.sendall(b"".join(r.to_json().encode() + b"\n" for _, r in benches))
+        steps, cell = {}, None  # set-up -> (its Step, its Prepared), of the cell prepared last
         for line in commands:
             command = Command.from_json(line)
             if command.do == "end":
                 break
+            mine = benches[command.variant][0]
+            if len(benches) > 1:
+                mine.backend.configure(mine.req.setup)
             if command.do == "prepare":
-                step = None  # the previous op's model and state are freed before the next one is built
-                step, prepared = prepare(bench, command)
-                sock.sendall(prepared.to_json().encode() + b"\n")
+                if (command.batch_size, command.op) != cell:
+                    steps, cell = {}, (command.batch_size, command.op)  # the previous cell's models and state freed
+                steps.pop(command.variant, None)  # and this set-up's op before it is built again
+                steps[command.variant] = prepare(mine, command)
+                sock.sendall(steps[command.variant][1].to_json().encode() + b"\n")
                 continue
-            before = meter()
-            samples = timing.burst(step.fn, step.sync, prepared.block, command.seconds,
-                                   sync_policy=bench.req.budget.sync)
-            after = meter()
-            compiles = step.compiles() if step.compiles else None
-            answer = Burst(samples, {k: after[k] - before[k] for k in after}, compiles)
-            sock.sendall(answer.to_json().encode() + b"\n")
+            sock.sendall(burst(*steps[command.variant], command.seconds, mine.req.budget.sync).to_json().encode()
+                         + b"\n")
     return 0
+
+
+def burst(step, prepared: Prepared, seconds: float, sync_policy: str) -> Burst:
+    """One burst of a prepared op: blocks of calls for about `seconds` (synced or pipelined: `bench.sync`), and the
+    change of `meter()` over them."""
+    before = meter()
+    samples = timing.burst(step.fn, step.sync, prepared.block, seconds, sync_policy=sync_policy)
+    after = meter()
+    compiles = step.compiles() if step.compiles else None
+    return Burst(samples, {k: after[k] - before[k] for k in after}, compiles)
 
 
 def smoke(framework: str) -> int:

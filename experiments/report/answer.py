@@ -250,18 +250,29 @@ def note(t: pd.DataFrame, runs: pd.DataFrame, baseline: str, counts: str, artifa
     return "\n".join(out)
 
 
+# How a paired cell's variants took turns, by the points' tag `paired_design` (harness/designs.py); a store's points
+# from before it was recorded took turns in bursts.
+TURNS = {"bursts": "took turns in short bursts of warm workers, the idle ones stopped",
+         "in-process": "took turns in short bursts inside one warm worker per environment",
+         "alternating": "ran as whole workers one after another in each trial"}
+
+
 def design(runs: pd.DataFrame, baseline: str) -> list[str]:
-    """How the speedups were measured, and, per variant compared paired, what differs from the baseline besides
-    the variant (the point runs' tag `differs`); the hosts, where the points ran on more than one."""
+    """How the speedups were measured, and, per variant compared paired, how it took turns with the baseline and what
+    differs from it besides the variant (the point runs' tags `paired_design`, `differs`); the hosts, where the
+    points ran on more than one."""
     tags = lambda key: runs[f"tags.{key}"] if f"tags.{key}" in runs else pd.Series(dtype=object)  # noqa: E731
     out = []
     if (tags("design") == "paired").any():
-        out.append(f"Paired: each cell's variants took turns in short bursts of warm workers on one machine, in "
-                   f"fresh trials; a speedup's interval (95%) and verdict come from its trials (in parentheses: "
-                   f"neither slower nor faster). Against {baseline}, besides the variant:")
+        used = {d for v in tags("paired_design").dropna() for d in v.split("+")} or {"bursts"}
+        out.append(f"Paired: each cell's variants {'; or '.join(TURNS[d] for d in TURNS if d in used)}, on one "
+                   f"machine, in fresh trials; a speedup's interval (95%) and verdict come from its trials (in "
+                   f"parentheses: neither slower nor faster). Against {baseline}, besides the variant:")
         on = (tags("compared_with") == baseline) & tags("differs").notna()
+        turns = tags("paired_design").reindex(runs.index).fillna("bursts")
         for variant, g in runs[on].groupby(runs["params.mode"] + " " + runs["params.precision"], sort=True):
-            out.append(f"- {variant}: {'; '.join(sorted(set(g['tags.differs'])))}")
+            how = f" ({', '.join(sorted(set(turns[g.index])))})" if used != {"bursts"} else ""  # else said once
+            out.append(f"- {variant}{how}: {'; '.join(sorted(set(g['tags.differs'])))}")
     if (tags("design") == "unpaired").any():
         out.append("Unpaired: where a speedup says so, its variants were measured one after another (an external "
                    "runner times itself): drift between them is part of it, and its parentheses mean that the two "

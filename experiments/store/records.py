@@ -131,11 +131,13 @@ def judged(r: Reading) -> dict[str, str]:
 
 
 def paired_tags(r: Reading) -> dict[str, str]:
-    """How the point was compared: `design` paired or unpaired; paired, the baseline it was compared with (or
-    `paired_baseline=true`), each op's verdict, and what differs from the baseline besides the variant."""
+    """How the point was compared: `design` paired or unpaired; paired, how its variants took turns
+    (`paired_design`), the baseline it was compared with (or `paired_baseline=true`), each op's verdict, and what
+    differs from the baseline besides the variant."""
     if r.paired is None:
         return {"design": "unpaired"} if r.ops else {}
-    tags = {"design": "paired", "variant": r.paired.label, "compared_with": r.paired.baseline}
+    tags = {"design": "paired", "paired_design": r.paired.design, "variant": r.paired.label,
+            "compared_with": r.paired.baseline}
     if r.paired.is_baseline:
         return tags | {"paired_baseline": "true"}
     tags |= {f"{op}_verdict": str(c.verdict) for op, c in r.paired.ops.items()}

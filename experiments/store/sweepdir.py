@@ -44,6 +44,7 @@ class SweepState(Json):
     overrides: list[str] = field(default_factory=list)  # the command line's, as Hydra parsed them (a cell's repro)
     configs: list[dict] = field(default_factory=list)
     fingerprints: list[str | None] = field(default_factory=list)
+    devices: list[str | None] = field(default_factory=list)  # where each job's probe said its workers will run
 
     def group(self, number: int) -> list[int]:
         """The job numbers measured with job `number` (itself first where it leads them); [number] if unpaired."""

@@ -1,12 +1,11 @@
 """A cell's variants measured together, paired: the jobs of a sweep that differ only in what a comparison spans
 (framework, precision, device, runtime) form a group, and the group's first job measures all of them on one machine,
-as warm workers that take turns in short bursts (`harness.pairs`); the group's other jobs find their points measured.
-Each job's points are then read, judged against the group's baseline, saved and logged as an unpaired job's are
-(`sweep.points`, `sweep.processes`), once no worker measures. Parent side.
+as warm workers that take turns (`harness.pairs`); the group's other jobs find their points measured. Each job's
+points are then read, judged against the group's baseline, saved and logged as an unpaired job's are (`sweep.points`,
+`sweep.processes`), once no worker measures. Parent side.
 
-Hydra's jobs stay what they were (their overrides, presets, launchers and `--cfg`); only who measures them changes.
-On a cluster the group runs in its first job, on one node, so no ratio divides two machines.
-"""
+Hydra's jobs stay what they were (overrides, presets, launchers, `--cfg`); only who measures them changes. On a
+cluster the group runs in its first job, on one node, so no ratio divides two machines."""
 from __future__ import annotations
 
 import dataclasses
@@ -74,11 +73,11 @@ def measurements(job: Job) -> int:
     return cells * job.config.bench.processes + len(job.points) * job.config.profile
 
 
-def sibling(config: dict, fingerprint: str | None) -> Job:
+def sibling(config: dict, fingerprint: str | None, device: str | None = None) -> Job:
     """Another job of this one's group, from its config as the sweep logged it (a launcher's process has only its
     own job): validated as the door did, its points planned."""
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), config))
-    return dataclasses.replace(preflight.job(typed), fingerprint=fingerprint)
+    return dataclasses.replace(preflight.job(typed), fingerprint=fingerprint, device=device)
 
 
 def labels(jobs: list[Job]) -> list[str]:
@@ -117,7 +116,8 @@ def baseline(jobs: list[Job], wanted: str) -> int:
 
 def design(job: Job) -> pairs.Design:
     b = job.config.bench
-    return pairs.Design(b.burst_s, b.rounds, b.processes, max(b.max_processes, b.processes), seed=job.config.seed)
+    return pairs.Design(b.burst_s, b.rounds, b.processes, max(b.max_processes, b.processes), seed=job.config.seed,
+                        paired_design=str(b.paired_design))
 
 
 class Group:
@@ -129,14 +129,14 @@ class Group:
         self.jobs, self.collectors, self.directory, self.overrides = jobs, collectors, directory, list(overrides)
         self.live = [i for i, j in enumerate(jobs) if processes.lacks(j) is None]  # the jobs with a worker
         live = [jobs[i] for i in self.live]
-        self.names = labels(live)
-        self.bases = bases(live, jobs[0].config.report)
+        self.names, self.bases = labels(live), bases(live, jobs[0].config.report)
         self.sides = [warm(pairs.Side.of(j, name, caches[i], peaks)) for i, j, name in zip(self.live, live, self.names)]
         every = [c for j in live for c in pairs.cells_of(j.points)]
         wanted = {(p.batch_size, op) for c in collectors for p in c.job.points for op in p.ops}  # resume may leave some
         self.cells = [c for c in dict.fromkeys(every) if (c.batch_size, c.op) in wanted]
         c = jobs[0].config
         self.threshold, self.alpha, self.target = c.report.threshold, c.report.alpha, c.bench.target_ratio_ci
+        self.plan = pairs.plan(self.sides, str(c.bench.paired_design))  # the Session's: which sides share a worker
 
     def pairs_on(self, c: pairs.Compared) -> list[tuple[int, int]]:
         """The (side, its base) compared on a cell: both measured it."""
@@ -160,7 +160,7 @@ class Group:
         interrupted where a signal cut the trials short); the comparisons' trial log ratios in `ANSWER`."""
         judged = self.judged(compared)
         where = {c.cell: i for i, c in enumerate(compared)}
-        readies = [next((t.turns[s].ready for c in compared for t in c.trials if t.turns), None)
+        readies = [next((t.turns[s].ready for c in compared for t in c.trials if t.turns and t.turns[s].ready), None)
                    for s in range(len(self.sides))]
         answer, profiled = Answer(), self.to_profile(judged)
         for s, j in enumerate(self.live):
@@ -187,11 +187,11 @@ class Group:
     def paired(self, s: int, ops: dict[str, PairedComparison], readies: list[Ready | None], batch_size: int) -> Paired:
         b = self.bases[s]
         if s == b:
-            return Paired(self.names[s], self.names[b])
+            return Paired(self.names[s], self.names[b], design=self.plan.name)
         job = self.jobs[self.live[s]]
         return Paired(self.names[s], self.names[b], {op: c for op, c in ops.items() if c.pairs},
                       differences(readies[s], job, readies[b], self.jobs[self.live[b]]),
-                      {op: repro(self.overrides, pairs.Cell(batch_size, op)) for op in ops})
+                      {op: repro(self.overrides, pairs.Cell(batch_size, op)) for op in ops}, self.plan.design(s, b))
 
     def evidence(self, s: int, c: pairs.Compared, judged: PairedComparison) -> Evidence:
         b = self.bases[s]

@@ -142,8 +142,9 @@ def members(this: Job, number: int, state: SweepState, sweep_dir: Path, out: Pat
     group = []
     for n in numbers:
         fingerprint = state.fingerprints[n] if n < len(state.fingerprints) else this.fingerprint
-        job = this if n == number else state.todo(cells.sibling(state.configs[n], fingerprint), n)
-        job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint,
+        device = state.devices[n] if n < len(state.devices) else this.device
+        job = this if n == number else state.todo(cells.sibling(state.configs[n], fingerprint, device), n)
+        job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint, device=job.device or device,
                                   frameworks=proof.measured_with(state.configs, logged(job.config)["model"]))
         if multirun:
             job = requeue.again(job, state, out_of[n])

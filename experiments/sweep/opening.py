@@ -91,7 +91,8 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
         state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
                            machine=machine, groups=cells.plan(jobs) if jobs else [],
                            configs=[logged(j.config) for j in jobs or []],
-                           fingerprints=[j.fingerprint for j in jobs or []], overrides=list(overrides or []))
+                           fingerprints=[j.fingerprint for j in jobs or []],
+                           devices=[j.device for j in jobs or []], overrides=list(overrides or []))
         sweep.start(state)
         ACTIVE = sweep
         if parent is not None:

@@ -177,15 +177,16 @@ def jobs(configs: list[Config], first: Callable[[list[Job]], None] = lambda jobs
     asks = {ask(j) for j in validated if j.config.framework.name != EXTERNAL}
     new = [a for a in asks if asked(a) not in _passed["probes"]]
     answers = {asked(a): _passed["probes"][asked(a)] for a in asks if asked(a) in _passed["probes"]}
-    for a, (problem, fingerprint) in zip(new, manager.probe(new) if new else []):
+    for a, (problem, fingerprint, device) in zip(new, manager.probe(new) if new else []):
         if problem and a[0] == sys.executable:
             raise BadInput(problem)
         if problem:
             raise BadInput(f"runtime.python={a[0]} cannot measure framework={a[1]} ({problem}): let `nnbench "
                            "versions PACKAGE==VERSION OVERRIDES` build the environment (see docs/comparing.md)")
-        answers[asked(a)] = fingerprint
+        answers[asked(a)] = [fingerprint, device]
     _found["probes"] |= answers
-    return [dataclasses.replace(j, fingerprint=answers[asked(ask(j))]) if ask(j) in asks else j for j in validated]
+    return [dataclasses.replace(j, fingerprint=answers[asked(ask(j))][0], device=answers[asked(ask(j))][1])
+            if ask(j) in asks else j for j in validated]
 
 
 def ask(job: Job) -> tuple[str, str, Setup, str]:

@@ -389,8 +389,8 @@ def test_an_unsettled_cell_gets_more_trials_until_a_planted_difference_is_found(
 class StandIn:
     """A trial's workers, not started: `run_cell` is faked too."""
 
-    def __init__(self, sides, servers, directory):
-        self.ready = [Ready() for _ in sides]
+    def __init__(self, sides, servers, directory, units=None, stage=0):
+        self.ready, self.absent, self.lives = [Ready() for _ in sides], set(), []
 
     def start(self, one_by_one=False):
         return self

@@ -19,8 +19,12 @@ says when asked to prepare its second cell (`early`, `hang`: its first), or wher
 another framework than its own, never. FAKE_SPEEDUP=<framework>:<factor>: that framework's worker is `factor` times
 faster, and every paired worker's samples are off by up to ±0.25%, its own amount (from its pid): each trial's ratio
 then differs a little, so two trials give a speedup an interval. FAKE_SLOWER=<factor> (set by an interpreter's shim:
-an environment of its own): its paired workers are `factor` times slower, off by their own amount too.
+an environment of its own): its paired workers are `factor` times slower, off by their own amount too. A paired
+request with variants (set-ups served in one process) is answered a `Ready` per set-up and serves each the same.
+FAKE_LOCKFILE=PATH: a paired worker holds PATH locked while it lives, as libtpu holds a TPU's, and stops with
+libtpu's message where another worker holds it.
 """
+import fcntl
 import os
 import random
 import shutil
@@ -103,6 +107,20 @@ def misbehave() -> None:
     time.sleep(120)
 
 
+HELD = []  # the lock file, open while this worker lives
+
+
+def hold(path: str) -> None:
+    """Lock `path` for this process's life, as libtpu locks a TPU; exit as libtpu does where another process holds it."""
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("Internal error when accessing libtpu multi-process lockfile", flush=True)
+        sys.exit(1)
+    HELD.append(f)
+
+
 def serve_paired() -> None:
     """A paired worker's side of the socket: ready, prepare, burst, end; misbehaving as FAKE_FAULT says."""
     import socket
@@ -117,9 +135,12 @@ def serve_paired() -> None:
     if "FAKE_SLOWER" in os.environ:
         speed = float(os.environ["FAKE_SLOWER"]) * own
     good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
+    if "FAKE_LOCKFILE" in os.environ:
+        hold(os.environ["FAKE_LOCKFILE"])
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(request.paired)
-        sock.sendall(Ready(VERSIONS, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode() + b"\n")
+        ready = Ready(VERSIONS, {"cpu_count_logical": 2.0}, 0.0, 1, 2).to_json().encode() + b"\n"
+        sock.sendall(ready * (1 + len(request.variants)))
         prepared, batch = 0, 1
         for line in sock.makefile("rb"):
             command = Command.from_json(line)

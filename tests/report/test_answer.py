@@ -144,6 +144,24 @@ def test_the_paired_answer_names_its_metrics_and_slower_cells_and_the_design():
     assert "Unpaired: where a speedup says so" in note
 
 
+def test_the_design_says_how_each_variant_took_turns_with_the_baseline():
+    """The points' tag `paired_design` (a device one process at a time may open): the description says how the cell's
+    variants took turns, and per variant which way; points without it (bursts, or a store's older points) say it once,
+    as before."""
+    runs = paired_runs()
+    lines = answer.design(runs, BASE)
+    assert [ln for ln in lines if ln.startswith("- ")] == ["- jax-jit fp32: layout nhwc vs contiguous"]
+    jax, base = runs["tags.variant"] == "jax-jit fp32", runs["tags.paired_baseline"] == "true"
+    runs.loc[jax | base, "tags.paired_design"] = "alternating"
+    first, *rest = answer.design(runs, BASE)
+    assert "ran as whole workers one after another in each trial" in first and "short bursts" not in first
+    assert "- jax-jit fp32 (alternating): layout nhwc vs contiguous" in rest
+    runs.loc[jax, "tags.paired_design"], runs.loc[base, "tags.paired_design"] = "in-process", "bursts+in-process"
+    first, *rest = answer.design(runs, BASE)
+    assert "short bursts of warm workers" in first and "inside one warm worker" in first
+    assert "- jax-jit fp32 (in-process): layout nhwc vs contiguous" in rest
+
+
 def test_metric_names_that_hold_long_interpreter_paths_stay_within_what_mlflow_takes():
     """Variants along runtime.python are labelled by their interpreters' paths: two long ones that differ only in
     the middle give distinct names of at most 250 characters, which keep their start, their end and their suffix."""

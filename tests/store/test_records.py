@@ -191,12 +191,12 @@ def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
     slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5)
     once = PairedComparison(0.8, float("nan"), float("nan"), float("nan"), float("nan"), Verdict.UNKNOWN, 1)
     paired = Paired("torch-compile fp32", "torch-eager fp32", {"inference": slower, "training": once},
-                    ("threads 1 vs 2", "layout channels_last vs contiguous"))
+                    ("threads 1 vs 2", "layout channels_last vs contiguous"), design="in-process")
     rec = records.build(JOB, replace(reading, paired=paired))
-    assert {k: rec.tags[k] for k in ("design", "variant", "compared_with", "inference_verdict", "training_verdict",
-                                     "differs")} == {
-        "design": "paired", "variant": "torch-compile fp32", "compared_with": "torch-eager fp32",
-        "inference_verdict": "slower", "training_verdict": "no verdict",
+    assert {k: rec.tags[k] for k in ("design", "paired_design", "variant", "compared_with", "inference_verdict",
+                                     "training_verdict", "differs")} == {
+        "design": "paired", "paired_design": "in-process", "variant": "torch-compile fp32",
+        "compared_with": "torch-eager fp32", "inference_verdict": "slower", "training_verdict": "no verdict",
         "differs": "threads 1 vs 2; layout channels_last vs contiguous"}
     assert "paired_baseline" not in rec.tags
     assert {k: v for k, v in rec.metrics.items() if "speedup" in k} == pytest.approx({
@@ -209,9 +209,9 @@ def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
     alike = records.build(JOB, replace(reading, paired=replace(paired, differs=())))
     assert alike.tags["differs"] == "nothing else"
     base = records.build(JOB, replace(reading, paired=Paired("torch-eager fp32", "torch-eager fp32")))
-    assert {k: base.tags[k] for k in ("design", "variant", "compared_with", "paired_baseline")} == {
-        "design": "paired", "variant": "torch-eager fp32", "compared_with": "torch-eager fp32",
-        "paired_baseline": "true"}
+    assert {k: base.tags[k] for k in ("design", "paired_design", "variant", "compared_with", "paired_baseline")} == {
+        "design": "paired", "paired_design": "bursts", "variant": "torch-eager fp32",
+        "compared_with": "torch-eager fp32", "paired_baseline": "true"}
     assert not any("verdict" in k or k == "differs" for k in base.tags)
     assert not any("speedup" in k for k in base.metrics)
 
