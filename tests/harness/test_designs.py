@@ -118,7 +118,8 @@ def test_workers_that_alternate_never_live_at_once_where_bursting_ones_would(tmp
     design = pairs.Design(burst_s=0.005, rounds=3, trials=2, max_trials=2, paired_design="bursts")
     first, _ = pairs.Session([a, b], CELLS, design, tmp_path / "bursts").run()
     failed, alone = first.trials
-    assert failed.failure == "worker B exited with code 1 before it connected" and failed.failed_side == 1
+    assert failed.failure == ("worker B exited with code 1: Internal error when accessing libtpu multi-process "
+                              "lockfile (before it connected)") and failed.failed_side == 1
     assert "libtpu multi-process lockfile" in failed.stderr_tail
     assert alone.failure is None and alone.turns[0].ok and not alone.turns[1].bursts and alone.paired_design == "bursts"
 

@@ -116,7 +116,8 @@ def door_found() -> str:
                 for fw in ("jax", "torch")]
     with forked.session_environ():  # every later test reads the answers
         answers = manager.probe(asks)
-    probes = {preflight.asked(a): fingerprint for a, (problem, fingerprint) in zip(asks, answers) if problem is None}
+    probes = {preflight.asked(a): [fingerprint, device] for a, (problem, fingerprint, device) in zip(asks, answers)
+              if problem is None}
     return json.dumps({"probes": probes, "networks": {}})
 
 
