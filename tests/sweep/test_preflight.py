@@ -180,7 +180,7 @@ def test_a_sweep_started_by_a_command_asks_nothing_its_door_found(make_cfg, monk
     net = ROOT / "tests" / "fixtures" / "nets" / "attention.py"
     configs = [preflight.typed(make_cfg(f"framework={fw}", "model=file", f"model.path={net}")) for fw in ("jax", "torch")]
     monkeypatch.setattr(preflight, "_found", {"probes": {}, "networks": {}})
-    monkeypatch.setattr(manager, "probe", lambda asks: [(None, f"fingerprint-{fw}") for _, fw, _, _ in asks])
+    monkeypatch.setattr(manager, "probe", lambda asks: [(None, f"fingerprint-{fw}", "cpu") for _, fw, _, _ in asks])
     command = preflight.jobs(configs)  # the command's door: the interpreter probed, the network built
 
     def asked_again(*args):
