@@ -5,6 +5,7 @@ it); a backend reads it in the worker to tell "none here" from "here, but the fr
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,12 @@ GOOGLE_PCI_VENDOR = "0x1ae0"
 # (jax/_src/hardware_utils.py) and the kinds it reports: a TPU v5e is "TPU v5 lite".
 TPU_KINDS = {"0x0027": "TPU v3", "0x005e": "TPU v4", "0x0062": "TPU v5", "0x0063": "TPU v5 lite",
              "0x006f": "TPU v6 lite", "0x0076": "TPU7x"}
+# Where the bus is hidden (a gVisor sandbox lists no PCI devices), a Cloud TPU VM still names its slice's type in its
+# environment (TPU_ACCELERATOR_TYPE, e.g. `v5litepod-4`) and shows its chips as device nodes (/dev/vfio/0, or
+# /dev/accel0 on older images): the type's generation, by its prefix, is the chip's kind.
+TPU_TYPES = {"v5litepod": "TPU v5 lite", "v5e": "TPU v5 lite", "v6e": "TPU v6 lite", "v5p": "TPU v5", "v4": "TPU v4",
+             "v3": "TPU v3"}
+TPU_NODES = ("dev/vfio/[0-9]*", "dev/accel[0-9]*")
 NVIDIA_NODES = ("dev/nvidia0", "dev/nvidiactl", "dev/dxg")  # a GPU node, Docker's control node, WSL2's
 # Platforms only one process at a time may open: a second libtpu client stops with "Internal error when accessing
 # libtpu multi-process lockfile". Helper processes (probes, parity, FLOP counts) never open them.
@@ -40,8 +47,9 @@ class Present:
         return self.tpus[0] if platform == "tpu" and self.tpus else platform.upper()
 
 
-def present(root: Path = Path("/")) -> Present:
-    """The accelerators under `root` (a fake tree in the tests): unreadable entries count as absent."""
+def present(root: Path = Path("/"), environ: dict[str, str] | None = None) -> Present:
+    """The accelerators under `root` and in `environ` (a fake tree and environment in the tests): unreadable entries
+    count as absent."""
     tpus = []
     for vendor in sorted(root.glob("sys/bus/pci/devices/*/vendor")):
         try:
@@ -50,7 +58,15 @@ def present(root: Path = Path("/")) -> Present:
                 tpus += [kind] if kind else []
         except OSError:
             continue
-    return Present(tuple(tpus), any((root / node).exists() for node in NVIDIA_NODES))
+    return Present(tuple(tpus) or sandboxed_tpus(root, os.environ if environ is None else environ),
+                   any((root / node).exists() for node in NVIDIA_NODES))
+
+
+def sandboxed_tpus(root: Path, environ: dict[str, str]) -> tuple[str, ...]:
+    """A TPU VM's chips where its PCI bus is hidden: one per chip node, of the kind its accelerator type names."""
+    kind = TPU_TYPES.get(environ.get("TPU_ACCELERATOR_TYPE", "").split("-")[0])
+    chips = sorted({str(p) for pattern in TPU_NODES for p in root.glob(pattern)})
+    return (kind,) * len(chips) if kind else ()
 
 
 def platform(device: str) -> str:

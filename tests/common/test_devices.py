@@ -29,6 +29,18 @@ def test_a_tpu_chip_is_found_on_the_bus_by_its_kind(tmp_path):
     assert devices.accelerated("auto", found) and not devices.accelerated("cpu", found)
 
 
+def test_a_sandboxed_tpu_vm_is_found_by_its_chip_nodes_and_accelerator_type(tmp_path):
+    """gVisor hides the PCI bus; the VM's environment names its slice and /dev shows its chips."""
+    root = machine(tmp_path, {})
+    (root / "dev" / "vfio").mkdir(parents=True)
+    for node in ("0", "vfio"):  # a chip's group, and the container's control node (not a chip)
+        (root / "dev" / "vfio" / node).write_text("")
+    found = devices.present(root, {"TPU_ACCELERATOR_TYPE": "v5litepod-4"})
+    assert found == Present(("TPU v5 lite",)) and found.exclusive
+    assert devices.present(root, {}) == Present()  # chip nodes alone, no type: not taken for a TPU
+    assert devices.present(tmp_path / "empty", {"TPU_ACCELERATOR_TYPE": "v5litepod-4"}) == Present()
+
+
 def test_an_nvidia_node_is_a_gpu_and_nothing_is_a_cpu_machine(tmp_path):
     gpu = devices.present(machine(tmp_path / "a", {}, ("nvidia0",)))
     assert gpu == Present((), gpu=True) and not gpu.exclusive and gpu.has("gpu") and devices.accelerated("auto", gpu)
