@@ -12,6 +12,7 @@ memory. Exits 1 if a check fails, 2 where the machine has no such accelerator. N
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -61,16 +62,13 @@ def overrides(name: str, platform: str, bench: str) -> list[str]:
 
 
 def sweep(name: str, args: list[str], out: Path) -> tuple[int, Path]:
-    """Run one sweep into its own store; its exit code and its directory."""
+    """Run one sweep into its own store, its console shown as it goes; its exit code and its directory."""
     cwd = out / name
     cwd.mkdir(parents=True, exist_ok=True)
+    print(f"\n## {name}: `python -m experiments.run -m {' '.join(args)}`", flush=True)
     t0 = time.perf_counter()
-    r = run_to_end([sys.executable, "-m", "experiments.run", "-m", *args], cwd=cwd, stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE, text=True)
-    (cwd / "sweep.log").write_text(r.stdout + r.stderr)
-    print(f"\n## {name}: `{' '.join(args)}` exit {r.returncode} in {time.perf_counter() - t0:.0f} s")
-    if r.returncode:
-        print("\n".join((r.stdout + r.stderr).strip().splitlines()[-15:]))
+    r = run_to_end([sys.executable, "-m", "experiments.run", "-m", *args], cwd=cwd)
+    print(f"## {name}: exit {r.returncode} in {time.perf_counter() - t0:.0f} s", flush=True)
     return r.returncode, cwd
 
 
@@ -116,7 +114,36 @@ def check(name: str, platform: str, bench: str, out: Path) -> bool:
     print(view[[c for c in cols if c in view]].to_markdown(index=False, floatfmt=".4g"))
     for source in sorted(set(points.get("tags.peak_source", []).dropna())):
         print(f"peak: {source}")
+    if name == "readme":
+        wrong += bare(t[t["device"].astype(str).str.startswith(DEVICES[platform]["jax"])], platform)
     return not wrong and not points.empty
+
+
+# How far the harness may read from a bare loop timing the same step the same way, on the device.
+BARE_TOLERANCE = 0.05
+
+
+def bare(timed, platform: str) -> list[str]:
+    """The sweep's jax points against a bare loop (`bareloop`, in a process of its own once the sweep has let the
+    chip go) that times each op with the same sync and calls per block; a line per op and sync, and a problem where
+    they read more than BARE_TOLERANCE apart."""
+    if timed.empty:
+        return []
+    row = timed.iloc[0]
+    asked = [f"{r.op}:{r.sync}:{int(r.calls_per_block)}" for r in timed.itertuples()]
+    r = subprocess.run([sys.executable, "-m", "experiments.selfcheck.bareloop", "jax", platform, str(row["model"]),
+                        str(row["batch_size"]), *asked], capture_output=True, text=True)
+    if r.returncode:
+        return [f"BARE LOOP FAILED: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}"]
+    loops = {(d["op"], d["sync"]): d["median_s"] for d in map(json.loads, r.stdout.splitlines())}
+    out = []
+    for x in timed.itertuples():
+        ratio = x.median_s / loops[(x.op, x.sync)]
+        print(f"bare loop: {x.model} bs{x.batch_size} {x.op} {x.sync} ({x.calls_per_block} calls a block): nnbench "
+              f"{x.median_s * 1e3:.4g} ms, bare {loops[(x.op, x.sync)] * 1e3:.4g} ms, nnbench/bare {ratio:.3f}")
+        if abs(ratio - 1) > BARE_TOLERANCE:
+            out.append(f"HARNESS {ratio:.3f}× A BARE LOOP: {x.op} {x.sync}")
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser, device: str = "auto") -> None:

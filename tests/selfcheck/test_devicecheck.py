@@ -1,10 +1,14 @@
 """The accelerator check: says plainly when the machine has none; judges each point run by where it ran and how it
 was timed; on a TPU or a GPU, every run of its sweeps is where it should be (tpu, gpu: skipped elsewhere)."""
+import json
 import math
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
+from experiments.common.config import ROOT
 from experiments.common.devices import Present
 from experiments.selfcheck import devicecheck
 from tests.helpers import nnbench
@@ -60,3 +64,14 @@ def test_readme_sweep_runs_on_the_gpu(tmp_path):
     r = nnbench("gpucheck", ["--only", "readme", "--out", str(tmp_path)], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "1 of 1 sweeps on the GPU finished every point where it should run" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_bare_loop_times_each_op_as_asked_with_nothing_around_it(tmp_path):
+    """The loop devicecheck holds a sweep's medians against: one line per op and sync, with the block it was given."""
+    r = subprocess.run([sys.executable, "-m", "experiments.selfcheck.bareloop", "jax", "cpu", "mlp_relu", "2",
+                        "inference:synced:4", "training:pipelined:3"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(d["op"], d["sync"], d["block"]) for d in lines] == [("inference", "synced", 4), ("training", "pipelined", 3)]
+    assert all(0 < d["median_s"] < 1 for d in lines)
