@@ -11,6 +11,7 @@ from experiments.common.protocol import Burst, Json, Point, Prepared, Ready, Req
 from experiments.harness import manager
 from experiments.measure import stats
 from experiments.measure.meter import oversubscription
+from experiments.measure.verdict import Looks
 
 # Burst length, chosen with `python -m experiments.selfcheck.paired` (docs/evidence.md): A/A pairs of torch LeNet
 # bs32 inference (one thread), 1.5 s of bursts per side per pair, other work using 1.3-1.5 of the 2 cores: the
@@ -42,6 +43,11 @@ class Design(Json):
             raise ValueError(f"order {self.order!r}: one of {', '.join(ORDERS)}")
         if self.burst_s <= 0 or self.rounds < 1 or self.trials < 1 or self.max_trials < self.trials:
             raise ValueError(f"{self}: bursts and rounds must be positive, and max_trials at least trials")
+
+    @property
+    def looks(self) -> Looks:
+        """When a cell's verdict is read: after `trials`, then after each more while it is unsettled."""
+        return Looks(self.trials, self.max_trials)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,7 @@ class Group:
         self.cells = [c for c in dict.fromkeys(every) if (c.batch_size, c.op) in wanted]
         c = jobs[0].config
         self.threshold, self.alpha, self.target = c.report.threshold, c.report.alpha, c.bench.target_ratio_ci
+        self.looks = design(jobs[0]).looks  # a cell is judged after each of its trials from the first look on
 
     def pairs_on(self, c: pairs.Compared) -> list[tuple[int, int]]:
         """The (side, its base) compared on a cell: both measured it."""
@@ -145,7 +146,8 @@ class Group:
     def judged(self, compared: list[pairs.Compared]) -> dict[tuple[int, int], PairedComparison]:
         """Every side's comparison with its base on every cell, judged together: (side, cell) -> verdict."""
         keys = [(s, b, i) for i, c in enumerate(compared) for s, b in self.pairs_on(c)]
-        verdicts = judge_pairs([compared[i].log_ratios(s, b) for s, b, i in keys], self.threshold, self.alpha)
+        verdicts = judge_pairs([compared[i].log_ratios(s, b) for s, b, i in keys], self.threshold, self.alpha,
+                               self.looks)
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:
@@ -223,11 +225,7 @@ def bases(jobs: list[Job], report) -> list[int]:
         return [base] * len(jobs)
     flat = [flat_variant(j) for j in jobs]
     others = [tuple(v for k, v in f.items() if not along(k, report.along)) for f in flat]
-    out = []
-    for i, key in enumerate(others):
-        before = [j for j in range(i) if others[j] == key]
-        out.append(before[-1] if before else i)
-    return out
+    return [max((j for j in range(i) if others[j] == key), default=i) for i, key in enumerate(others)]
 
 
 def along(key: str, axis: str) -> bool:

@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 from experiments.common.protocol import Measurement
 from experiments.measure import stats, timing
 from experiments.measure.meter import oversubscription
-from experiments.measure.verdict import Verdict, judge_pairs, paired_t
+from experiments.measure.verdict import Looks, Verdict, judge_pairs, look_level, paired_t
 
 
 def bursts(level: float, rounds: int = 30, per: int = 20, seed: int = 0, sd: float = 0.02) -> list[list[float]]:
@@ -101,6 +101,81 @@ def test_a_a_false_alarms_stay_below_five_percent(pairs, sd):
     verdicts = [v.verdict for _ in range(300) for v in judge_pairs([list(rng.normal(0, sd, pairs)) for _ in range(12)])]
     alarms = sum(v in (Verdict.SLOWER, Verdict.FASTER) for v in verdicts) / len(verdicts)
     assert alarms <= 0.05, alarms
+
+
+DEFAULT_LOOKS = Looks(5, 12)  # bench=default: 5 trials, then one more at a time while unsettled, up to 12
+
+
+def sequential(effect: float, sd: float, cells: int, looks: Looks | None, seed: int = 0) -> list[Verdict]:
+    """Each cell judged as a sweep judges it: after looks.first trials, then after each further trial while it is
+    unsettled (neither slower, faster nor no change, or its interval wider than ±10%), up to looks.last; its last
+    verdict kept. looks None: every look at 5%, as before the looks were counted."""
+    rng, out = np.random.default_rng(seed), []
+    first, last = DEFAULT_LOOKS.first, DEFAULT_LOOKS.last
+    for x in rng.normal(math.log(effect), sd, (cells, last)):
+        for n in range(first, last + 1):
+            (v,) = judge_pairs([list(x[:n])], 0.03, 0.05, *([looks] if looks else []))
+            if v.conclusive and math.sqrt(v.ci_high / v.ci_low) - 1 <= 0.1:
+                break
+        out.append(v.verdict)
+    return out
+
+
+def test_the_level_of_each_look_keeps_alpha_over_every_look():
+    """Gaussian A/A trials judged by Student's t after 5, 6, ..., 12 of them: at 5% per look, 15% of cells have an
+    interval that misses the truth at some look; at `look_level` (Pocock's boundary), 5% (40,000 cells, drawn apart
+    from the level's own draws: Monte-Carlo SD 0.11%)."""
+    from scipy.special import stdtrit
+
+    level = look_level(5, 12, 0.05)
+    assert 0.013 < level < 0.017 and look_level(5, 5, 0.05) == 0.05 and Looks(1, 1).level() == 0.05
+    z = np.random.default_rng(7).standard_normal((40_000, 12))
+    missed = {0.05: np.zeros(len(z), bool), level: np.zeros(len(z), bool)}
+    for n in range(5, 13):
+        t = np.abs(z[:, :n].mean(1)) / (z[:, :n].std(1, ddof=1) / math.sqrt(n))
+        for a in missed:
+            missed[a] |= t > stdtrit(n - 1, 1 - a / 2)
+    assert missed[0.05].mean() > 0.12 and abs(missed[level].mean() - 0.05) < 0.004
+
+
+@pytest.mark.parametrize("sd", [0.04, 0.08])
+def test_a_cell_that_gets_more_trials_while_unsettled_keeps_its_false_alarms_at_alpha(sd):
+    """A/A trials spread 4% and 8% (this machine's noisier cells), judged at every look until settled: at 5% per
+    look (before) 8% and 14% of cells end slower or faster; at the look level, within 5% and its Monte-Carlo error
+    (600 cells: 2 SD is 1.8%)."""
+    alarms = lambda looks: np.mean([v.changed for v in sequential(1.0, sd, 600, looks, seed=int(sd * 100))])  # noqa
+    assert alarms(DEFAULT_LOOKS) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 600)
+    if sd == 0.08:
+        assert alarms(None) > 0.08
+
+
+def test_a_planted_five_percent_is_found_at_every_look_level():
+    """5% slower, trials spread 3%: found (slower) in at least 90% of 300 cells, judged look by look."""
+    found = np.mean([v == Verdict.SLOWER for v in sequential(1.05, 0.03, 300, DEFAULT_LOOKS, seed=5)])
+    assert found >= 0.9, found
+
+
+def test_swapped_sides_give_the_inverse_ratio_interval_and_verdict():
+    x = list(np.random.default_rng(3).normal(math.log(1.06), 0.01, 6))
+    (ab,), (ba,) = judge_pairs([x], looks=DEFAULT_LOOKS), judge_pairs([[-v for v in x]], looks=DEFAULT_LOOKS)
+    assert ab.ratio == pytest.approx(1 / ba.ratio)
+    assert (ab.ci_low, ab.ci_high) == pytest.approx((1 / ba.ci_high, 1 / ba.ci_low))
+    assert (ab.verdict, ba.verdict) == (Verdict.SLOWER, Verdict.FASTER) and ab.p_value == pytest.approx(ba.p_value)
+    assert ab.confidence == pytest.approx(1 - look_level(5, 12, 0.05))
+
+
+def test_a_cell_whose_trials_agree_by_chance_takes_the_spread_of_the_cells_measured_with_it():
+    """Four cells measured in the same five trials: three spread 2-4%; the fourth's trials agree within 0.3%, and
+    it reads 2% faster. Alone it would be called faster at 2%'s threshold; judged with the others, its interval
+    takes their median spread, holds 1, and it is inconclusive."""
+    rng = np.random.default_rng(11)
+    noisy = [list(rng.normal(0, sd, 5)) for sd in (0.02, 0.03, 0.04)]
+    lucky = [-0.02 + d for d in (-0.003, 0.001, 0.002, -0.001, 0.001)]
+    (alone,) = judge_pairs([lucky], 0.01)
+    *_, among = judge_pairs([*noisy, lucky], 0.01)
+    assert alone.verdict == Verdict.FASTER and alone.ci_high < 1
+    assert among.verdict == Verdict.INCONCLUSIVE and among.ci_low < 1 < among.ci_high
+    assert among.spread == pytest.approx(float(np.median([np.std(x, ddof=1) for x in [*noisy, lucky]])))
 
 
 def test_the_interval_never_reaches_past_what_the_processes_measured():
