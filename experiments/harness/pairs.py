@@ -43,13 +43,13 @@ __all__ = ["BURST_S", "MAX_TRIALS", "MIN_ROUNDS", "ORDERS", "ROUNDS", "TRIAL", "
            "Judged", "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
            "compare", "orders", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
 
-def orders(design: Design, index: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
-    """The sides' order in each round of trial `index`: rotating (AB, BA, AB, ... for two sides; each side first in
-    turn, starting one further in each trial), or drawn at random."""
+def orders(design: Design, start: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
+    """The sides' order in each round: rotating (AB, BA, AB, ... for two sides; each side first in turn, from the
+    one at `start` in `sides`), or drawn at random."""
     if design.order == "random":
         return [list(rng.permutation(sides)) for _ in range(design.rounds)]
     k = len(sides)
-    return [sides[(r + index) % k:] + sides[:(r + index) % k] for r in range(design.rounds)]
+    return [sides[(r + start) % k:] + sides[:(r + start) % k] for r in range(design.rounds)]
 
 
 def rounds_for(design: Design, first: list[Burst]) -> int:
@@ -66,21 +66,21 @@ def rounds_for(design: Design, first: list[Burst]) -> int:
 
 def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator,
              skip: set[int | None] = frozenset()) -> Trial:
-    """One cell in a trial: each worker prepares it while the others are stopped (the first side first in even
-    trials, the last in odd ones), then `design.rounds` rounds of one burst per side, one worker running at a time.
-    The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed for a worker that crashed,
-    hung or would not stop."""
+    """One cell in a trial: each worker prepares it while the others are stopped, then `design.rounds` rounds of one
+    burst per side, one worker running at a time. Which side prepares first and which opens the rounds are drawn
+    from `rng` (each side's place in the trial is recorded: `Trial.started`, `preparation`, `order`), so no side
+    is favoured by its place. The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed
+    for a worker that crashed, hung or would not stop."""
     t0, live, turns = time.perf_counter(), workers.live, len(workers.live) > 1  # one side alone is never stopped
-    trial = Trial(index, [Turn(ready=r) for r in workers.ready])
-    for i in (range(len(live)) if index % 2 == 0 else reversed(range(len(live)))):
-        if i in skip:
-            continue
+    trial = Trial(index, [Turn(ready=r) for r in workers.ready], started=workers.order)
+    for i in (int(i) for i in rng.permutation(len(live)) if i not in skip):
         live[i].cont() if turns else None
         trial.turns[i].prepared = live[i].prepare(cell)
         live[i].stop() if turns else None
+        trial.preparation += letter(i)
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]
     before, cpu, rounds = meter(), sum(w.cpu_s() for w in live), design.rounds
-    for r, seq in enumerate(orders(design, index, ok, rng) if ok else ()):
+    for r, seq in enumerate(orders(design, int(rng.integers(len(ok))), ok, rng) if ok else ()):
         if r == rounds:
             break
         for i in seq:
@@ -146,7 +146,8 @@ class Session:
         todo = [i for i in which if not self.compared[i].done(len(self.sides))][::1 if index % 2 == 0 else -1]
         while todo:
             try:
-                workers = Workers(self.sides, servers, self.directory / f"trial-{index}").start(index == 0)
+                order = [int(i) for i in self.rng.permutation(len(self.sides))]  # who starts first: drawn
+                workers = Workers(self.sides, servers, self.directory / f"trial-{index}").start(index == 0, order)
             except PairFailed as e:  # a worker that can't start fails every cell it would measure
                 self.checkpoint()
                 for i in todo:

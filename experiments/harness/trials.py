@@ -122,6 +122,8 @@ class Trial(Json):
     index: int
     turns: list[Turn]
     order: str = ""  # the sides' letters in the order their bursts ran: ABBAAB...
+    started: str = ""  # ... in the order their workers started (drawn per trial: harness/pairs.py)
+    preparation: str = ""  # ... in the order they prepared the cell (drawn per trial and cell)
     wall_s: float = 0.0  # the cell's time in this trial: preparations, bursts, stops
     failure: str | None = None  # a crash, a hang, a worker that never connected: the trial's cell is left out
     failed_side: int | None = None  # whose worker it was

@@ -180,34 +180,42 @@ class PairedWorker:
 
 
 class Workers:
-    """One trial's workers, one per side, started together; every one killed and closed on the way out."""
+    """One trial's workers, one per side, started together; every one killed and closed on the way out. `live[i]`
+    and `ready[i]` are side i's, whatever order they started in (`order`: the sides' letters, first started first)."""
 
     def __init__(self, sides: list[Side], servers: list, directory: Path):
         self.sides, self.servers, self.directory = sides, servers, directory
         self.live: list[PairedWorker] = []
         self.ready: list[Ready] = []
+        self.order = ""
 
-    def start(self, one_by_one: bool = False) -> "Workers":
-        """Start every side's worker; once each is ready, stop it. PairFailed (every one killed) where one can't.
-        They start at once, or `one_by_one`: the first trial's workers calibrate their framework's peak as they
-        start (`measure.peaks`), which another worker's start beside them would disturb."""
+    def start(self, one_by_one: bool = False, order: list[int] | None = None) -> "Workers":
+        """Start every side's worker, in `order` (the sides' indices; default: as listed); once each is ready, stop
+        it. PairFailed (every one killed) where one can't. They start at once, or `one_by_one`: the first trial's
+        workers calibrate their framework's peak as they start (`measure.peaks`), which another worker's start beside
+        them would disturb."""
+        order = list(range(len(self.sides))) if order is None else order
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.order, started, ready = "".join(map(letter, order)), {}, {}
         try:
-            for i, (s, server) in enumerate(zip(self.sides, self.servers)):
-                self.live.append(PairedWorker(s, server, self.directory, i))
+            for i in order:
+                started[i] = PairedWorker(self.sides[i], self.servers[i], self.directory, i)
+                self.live = [started[j] for j in sorted(started)]
                 if one_by_one:
-                    self.started(self.live[-1])
-            for w in self.live[len(self.ready):]:  # none measures until every one is ready and stopped
-                self.started(w)
+                    ready[i] = self.started(started[i])
+            for i in (i for i in order if i not in ready):  # none measures until every one is ready and stopped
+                ready[i] = self.started(started[i])
         except BaseException:
             self.__exit__(PairFailed, None, None)
             raise
+        self.ready = [ready[i] for i in range(len(self.sides))]
         return self
 
-    def started(self, w: PairedWorker) -> None:
-        self.ready.append(w.ready())
+    def started(self, w: PairedWorker) -> Ready:
+        ready = w.ready()
         if len(self.sides) > 1:  # one side alone has no one to take turns with
             w.stop()
+        return ready
 
     def __enter__(self) -> "Workers":
         return self
