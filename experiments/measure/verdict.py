@@ -133,7 +133,7 @@ class PairedComparison:
     q_value: float  # p adjusted over the cells judged together (Benjamini-Hochberg)
     verdict: Verdict
     pairs: int
-    confidence: float = 1 - ALPHA  # the interval's level at this look (`look_level`)
+    confidence: float = math.nan  # the interval's level at this look (`look_level`; nan: no interval)
     spread: float = math.nan  # the SD of the log ratios the interval used (its own, or the floor: `floored`)
 
     @property
@@ -225,7 +225,8 @@ def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED
         verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, level)
                    or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))
         spread = max(float(np.std(x, ddof=1)), floor) if len(x) > 1 else math.nan
-        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x), 1 - level, spread))
+        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x), 1 - level if len(x) > 1 else math.nan,
+                                    spread))
     return out
 
 
@@ -244,6 +245,7 @@ class Evidence(Json):
     log_ratios: list[float]  # log(variant time / baseline time), one per trial
     verdict: str = ""  # the cell's, judged with the sweep's other cells
     set_aside: list[str] = field(default_factory=list)  # trials left out of the judgement, each with why
+    interval: list[float] = field(default_factory=list)  # the ratio's interval the verdict used (none: one trial)
 
 
 def geomean(cells: Sequence[Evidence], confidence: float = 0.95) -> tuple[float, float, float]:
