@@ -261,6 +261,7 @@ class Command(Json):
     seconds: float = 0.0  # a burst: time blocks of calls for about this long
     batch_size: int = 0  # prepare: the point's batch size...
     op: str = ""  # ...and the op
+    layout: int = 0  # prepare: where in memory the op's buffers land, drawn per trial (measure/worker.py: shifted)
 
 
 @dataclass

@@ -43,6 +43,11 @@ __all__ = ["BURST_S", "MAX_TRIALS", "MIN_ROUNDS", "ORDERS", "ROUNDS", "TRIAL", "
            "Judged", "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
            "compare", "orders", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
 
+# The layouts a side's worker is given for a cell (`Turn.layout`): measure/worker.py's `shifted` reads 4096 heap
+# offsets and 4096 page offsets from one.
+LAYOUTS = 1 << 24
+
+
 def orders(design: Design, start: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
     """The sides' order in each round: rotating (AB, BA, AB, ... for two sides; each side first in turn, from the
     one at `start` in `sides`), or drawn at random."""
@@ -67,15 +72,17 @@ def rounds_for(design: Design, first: list[Burst]) -> int:
 def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator,
              skip: set[int | None] = frozenset()) -> Trial:
     """One cell in a trial: each worker prepares it while the others are stopped, then `design.rounds` rounds of one
-    burst per side, one worker running at a time. Which side prepares first and which opens the rounds are drawn
-    from `rng` (each side's place in the trial is recorded: `Trial.started`, `preparation`, `order`), so no side
-    is favoured by its place. The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed
-    for a worker that crashed, hung or would not stop."""
+    burst per side, one worker running at a time. Which side prepares first, which opens the rounds and where in
+    memory each side's buffers land (`Turn.layout`, measure/worker.py: shifted) are drawn from `rng` and recorded
+    (with `Trial.started`, `preparation`, `order`), so no side is favoured by its place or its fork server's memory
+    image. The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed for a worker that
+    crashed, hung or would not stop."""
     t0, live, turns = time.perf_counter(), workers.live, len(workers.live) > 1  # one side alone is never stopped
     trial = Trial(index, [Turn(ready=r) for r in workers.ready], started=workers.order)
     for i in (int(i) for i in rng.permutation(len(live)) if i not in skip):
         live[i].cont() if turns else None
-        trial.turns[i].prepared = live[i].prepare(cell)
+        trial.turns[i].layout = int(rng.integers(LAYOUTS))
+        trial.turns[i].prepared = live[i].prepare(cell, trial.turns[i].layout)
         live[i].stop() if turns else None
         trial.preparation += letter(i)
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]

@@ -95,6 +95,7 @@ class Turn(Json):
     ready: Ready | None = None
     prepared: Prepared | None = None
     bursts: list[Burst] = field(default_factory=list)
+    layout: int = 0  # where in memory the op's buffers landed (drawn: harness/pairs.py; measure/worker.py: shifted)
 
     @property
     def ok(self) -> bool:

@@ -113,8 +113,8 @@ class PairedWorker:
             self.conn.sendall(command.to_json().encode() + b"\n")
         return self.read(timeout)
 
-    def prepare(self, cell: Cell) -> Prepared:
-        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op),
+    def prepare(self, cell: Cell, layout: int = 0) -> Prepared:
+        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op, layout=layout),
                                            self.side.timeout_s))
 
     def burst(self, seconds: float) -> Burst:

@@ -9,6 +9,7 @@ only the point in progress) and never talks to MLflow.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import socket
 import sys
@@ -169,6 +170,17 @@ def prepare(bench: Workbench, command: Command):
     return step, ready
 
 
+def shifted(layout: int) -> tuple[bytearray, mmap.mmap]:
+    """Memory taken before an op is built, sized by `layout`, so that its buffers land elsewhere: up to 64 KiB of
+    the heap (in 16-byte steps: the small and medium blocks after it move, and their place within a page) and up to
+    16 MiB of address space that is never touched (the large blocks mmap'd after it move by whole pages). A worker
+    forked by a fork server starts from the server's memory image, so without this its buffers land at the same
+    addresses in every trial, and that layout's luck is a bias its trials share: on a quiet 2-core machine the
+    workers of one of two fork servers of the same interpreter ran torch mlp_relu bs128 inference 7% apart from the
+    other's in every trial (2% at bs512, 6% at bs32; docs/evidence.md)."""
+    return bytearray(16 * (layout % 4096)), mmap.mmap(-1, mmap.PAGESIZE * (1 + (layout // 4096) % 4096))
+
+
 def paired(bench: Workbench, ready: Ready) -> int:
     """Serve a paired request: answer `Ready`, then per command prepare an op (`Prepared`; the previous op is freed
     first), time one `Burst` of it, or end. Between commands the worker waits in a read (the parent also stops it,
@@ -183,7 +195,8 @@ def paired(bench: Workbench, ready: Ready) -> int:
             if command.do == "end":
                 break
             if command.do == "prepare":
-                step = None  # the previous op's model and state are freed before the next one is built
+                step = padding = None  # the previous op's model, state and padding are freed before the next one's
+                padding = shifted(command.layout)  # noqa: F841  held while the op is measured
                 step, prepared = prepare(bench, command)
                 sock.sendall(prepared.to_json().encode() + b"\n")
                 continue

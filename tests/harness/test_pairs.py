@@ -146,8 +146,8 @@ def test_the_idle_workers_are_stopped_take_no_cpu_and_every_burst_is_kept(tmp_pa
     """torch A/A over two cells in two trials, forked: during each burst the other worker is stopped (every thread)
     and its CPU time does not grow, nor that of either fork server (they wait in waitpid: a clock tick at most), and
     the parent spends (almost) nothing; the rounds go AB, BA, ..., from the side drawn to open them, and which
-    worker starts first and which prepares first are drawn too, each recorded; every trial's cell is on disk with
-    every burst; no worker is left."""
+    worker starts first, which prepares first and each side's memory layout are drawn too, each recorded; every
+    trial's cell is on disk with every burst; no worker is left."""
     watched.also += [s.proc.pid for s in lent]
     design = pairs.Design(burst_s=0.03, rounds=6, trials=2, max_trials=2)
     compared = pairs.Session([side(tmp_path, "A"), side(tmp_path, "B")], CELLS, design, tmp_path / "trials").run()
@@ -165,6 +165,7 @@ def test_the_idle_workers_are_stopped_take_no_cpu_and_every_burst_is_kept(tmp_pa
         assert [t.index for t in c.trials] == [0, 1]
         assert all(t.order in ("ABBA" * 3, "BAAB" * 3) for t in c.trials)
         assert all(sorted(t.started) == sorted(t.preparation) == ["A", "B"] for t in c.trials)
+        assert len({turn.layout for t in c.trials for turn in t.turns}) == 4  # drawn per side, trial and cell
         for t in c.trials:
             assert t.failure is None and math.isfinite(t.log_ratio(1, 0)) and t.wall_s > 0
             assert pairs.Trial.from_json((tmp_path / "trials" / c.cell.name / f"trial-{t.index}.json").read_text()) == t

@@ -106,3 +106,24 @@ def test_a_paired_worker_prepares_cells_in_turn_and_frees_the_one_before(tmp_pat
     assert all(b.samples_s and max(b.samples_s) < min(burst.samples_s) for b in bursts)  # the small cell's calls
     assert skipped.status == "skipped" and skipped.reason.startswith("matmul_chain has constant weights")
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_a_paired_op_is_built_after_memory_sized_by_its_layout():
+    """A forked worker starts from its fork server's memory image: the layout the parent draws for each cell moves
+    the heap (16-byte steps) and the address space after it (whole pages), so that a large buffer made next lands
+    elsewhere from one layout to another, and in the same place for the same layout."""
+    import mmap
+
+    import numpy as np
+
+    from experiments.measure.worker import shifted
+
+    heap, space = shifted(5 + 4096 * 7)
+    assert len(heap) == 80 and len(space) == 8 * mmap.PAGESIZE
+    assert [len(x) for x in shifted(0)] == [0, mmap.PAGESIZE]
+
+    def landing(layout: int) -> int:
+        held = shifted(layout)  # noqa: F841  held while the buffer is made
+        return np.empty(1 << 22, np.uint8).ctypes.data
+
+    assert landing(4096 * 100) != landing(4096 * 900) and landing(4096 * 100) == landing(4096 * 100)
