@@ -185,7 +185,7 @@ def run(a: argparse.Namespace) -> int:
         return paired(a)
     a.repeats = a.repeats or 18
     if a.repeats < 2:
-        raise BadInput(f"--repeats {a.repeats}: at least 2 (replicates pair up as A/A), e.g. --repeats 18")
+        raise BadInput(f"--repeats {a.repeats} must be at least 2 (replicates pair up as A/A): e.g. --repeats 18")
     from experiments.sweep import commandline  # Hydra is slow to import: only to validate the overrides
 
     if a.sweep and a.overrides:
