@@ -221,10 +221,12 @@ class Judged:
 def compare(a: Side, b: Side, design: Design, judge: Callable[[list[list[float]]], list], directory: Path,
             on_trial: Callable[[Compared, Trial], None] = lambda c, t: None) -> list[Judged]:
     """B against A on the cells of A's points, paired, each cell judged by `judge` (`verdict.judge_pairs`: its
-    verdicts say whether they are `conclusive`) at every look `design.looks`: more trials for a cell while it is not,
-    up to `design.max_trials`; none for a cell a side can't run."""
+    verdicts say whether they are `conclusive`) at every look `design.looks`, its spread at least its rounds' own
+    (`Compared.floor`): more trials for a cell while it is not, up to `design.max_trials`; none for a cell a side
+    can't run."""
     session = Session([a, b], cells_of(a.request.points), design, directory, on_trial)
-    judged = lambda cs: judge([c.log_ratios(1, 0) for c in cs], looks=design.looks)  # noqa: E731
+    judged = lambda cs: judge([c.log_ratios(1, 0) for c in cs], looks=design.looks,  # noqa: E731
+                              floors=[c.floor(1, 0) for c in cs])
     settled = lambda cs: [v.conclusive or c.skipped(0) is not None or c.skipped(1) is not None  # noqa: E731
                           for c, v in zip(cs, judged(cs))]
     compared = session.run(settled)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from experiments.common.job import Job
 from experiments.common.protocol import Burst, Json, Point, Prepared, Ready, Request
 from experiments.harness import manager
@@ -148,6 +150,14 @@ class Trial(Json):
         a, b = self.turns[base], self.turns[side]
         return stats.pair_log_ratio([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
 
+    def log_ratio_se(self, side: int, base: int) -> float:
+        """How far `log_ratio` could read from this trial's rounds alone (`stats.pair_log_ratio_se`); 0 where it has
+        none."""
+        if self.log_ratio(side, base) is None:
+            return 0.0
+        a, b = self.turns[base], self.turns[side]
+        return stats.pair_log_ratio_se([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
+
 
 @dataclass
 class Compared(Json):
@@ -173,6 +183,12 @@ class Compared(Json):
 
     def log_ratios(self, side: int, base: int) -> list[float]:
         return [t.log_ratio(side, base) for t in self.used(side, base)]
+
+    def floor(self, side: int, base: int) -> float:
+        """The least spread its trials' log ratios can have: the median over its trials of what each one's rounds
+        alone leave uncertain (`Trial.log_ratio_se`); 0 without trials."""
+        ses = [t.log_ratio_se(side, base) for t in self.used(side, base)]
+        return float(np.median(ses)) if ses else 0.0
 
     def skipped(self, side: int) -> str | None:
         """Why the op can't run on `side`, if its worker said so."""

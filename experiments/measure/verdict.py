@@ -19,8 +19,8 @@ Paired comparisons (harness/pairs.py: warm workers taking turns in bursts) are j
 evidence is one fresh trial, its log ratio B/A; per cell, Student's t interval over the trials' log ratios, and a
 one-sample t test of them; Benjamini-Hochberg over the cells judged together. A cell is judged again after each
 trial it gets while unsettled (`Looks`), so each look is judged at the level that keeps `alpha` over all of them
-(`look_level`, a Pocock boundary for Student's t), and its spread is never taken below the median spread of the
-cells measured in the same trials (`floored`). *slower* (*faster*) when q < that level and the ratio is beyond
+(`look_level`, a Pocock boundary for Student's t), and its spread is never taken below what each trial's own rounds
+leave uncertain (`judge_pairs`' floors). *slower* (*faster*) when q < that level and the ratio is beyond
 1 ± threshold; *no change* only when the whole interval lies inside 1 ± threshold; *inconclusive* otherwise (more
 trials may settle it); *no verdict* below two trials.
 """
@@ -134,7 +134,7 @@ class PairedComparison:
     verdict: Verdict
     pairs: int
     confidence: float = math.nan  # the interval's level at this look (`look_level`; nan: no interval)
-    spread: float = math.nan  # the SD of the log ratios the interval used (its own, or the floor: `floored`)
+    spread: float = math.nan  # the SD of the log ratios the interval used (its own, or its floor where larger)
 
     @property
     def conclusive(self) -> bool:
@@ -158,6 +158,10 @@ class Looks:
 # Draws of Gaussian A/A cells that set a schedule's per-look level: its Monte-Carlo error moves the level's
 # false-alarm rate by about ±0.1% (binomial SD at 5%), seeded, so every process computes the same level.
 LOOK_DRAWS = 100_000
+# Why Pocock's boundary (simulated 2026-12-07, the sweep's own rule over looks 5..12, 20,000 cells a row, trials
+# spread 4%): judged at 5% per look, 6.7% of A/A cells ended slower or faster (14.0% at an 8% spread); Bonferroni's
+# 5%/8 per look, 1.5% (2.3%), finding a planted 5% in 82% of cells; this level (1.5% per look), 3.1% (5.1%), finding
+# it in 91%. Heavy-tailed trials (Student's t, 3 df) only lower each rate. docs/comparing.md#looking-again.
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,8 +170,7 @@ def look_level(first: int, last: int, alpha: float) -> float:
     `last` trials has its interval exclude the true ratio at any look in `alpha` of Gaussian cells. The interval then
     holds the truth at every look at once (a repeated confidence interval), so no rule for adding trials raises
     its false alarms; only the draws where a look rejects count, so the level is the `alpha` quantile of each draw's
-    smallest p-value over the looks. Looks 5..12 (the default bench): 0.015, the Monte-Carlo check and the
-    alternatives weighed in docs/comparing.md#looking-again."""
+    smallest p-value over the looks. Looks 5..12 (the default bench): 0.015."""
     if last <= first:
         return alpha
     from scipy.special import stdtr  # as in paired_t
@@ -187,7 +190,7 @@ def look_level(first: int, last: int, alpha: float) -> float:
 def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,
              spread: float = 0.0) -> tuple[float, float, float, float]:
     """(ratio, interval low, interval high, p) of B/A from trials' log ratios; nan where there are fewer than two.
-    `spread`: an SD the log ratios' own is raised to where it is smaller (`floored`)."""
+    `spread`: an SD the log ratios' own is raised to where it is smaller (`judge_pairs`' floors)."""
     x = np.asarray(log_ratios, dtype=float)
     d = float(x.mean()) if len(x) else 0.0
     if len(x) < 2:
@@ -200,27 +203,15 @@ def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,
     return math.exp(d), math.exp(d - half), math.exp(d + half), float(2 * stdtr(len(x) - 1, -abs(d) / se))
 
 
-# The floor of a cell's spread needs this many cells measured in the same trials (each with two or more trials): a
-# median of fewer is one of them.
-FLOOR_CELLS = 3
-
-
-def floored(log_ratios: Sequence[Sequence[float]]) -> float:
-    """The median SD of the trials' log ratios over the cells measured in the same trials (0: fewer than
-    FLOOR_CELLS of them). A cell whose few trials happen to agree is judged by at least this spread: the trials
-    that measured it measured its neighbours too, and their disagreement is the machine's as much as theirs."""
-    sds = [float(np.std(x, ddof=1)) for x in log_ratios if len(x) > 1]
-    return float(np.median(sds)) if len(sds) >= FLOOR_CELLS else 0.0
-
-
 def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED_THRESHOLD, alpha: float = ALPHA,
-                looks: Looks = Looks()) -> list[PairedComparison]:
+                looks: Looks = Looks(), floors: Sequence[float] = ()) -> list[PairedComparison]:
     """A verdict per cell from its trials' log ratios (B/A), the cells measured in the same trials judged together
-    (one BH family, one spread floor), each at the level `looks` gives."""
-    level, floor = looks.level(alpha), floored(log_ratios)
-    tests = [paired_t(x, 1 - level, floor) for x in log_ratios]
+    (one BH family), each at the level `looks` gives, its spread at least its `floors` entry (the trials' own
+    rounds' uncertainty: `Compared.floor`; none given, 0)."""
+    level, floors = looks.level(alpha), list(floors) or [0.0] * len(log_ratios)
+    tests = [paired_t(x, 1 - level, floor) for x, floor in zip(log_ratios, floors)]
     out = []
-    for x, (ratio, lo, hi, p), q in zip(log_ratios, tests, q_values([p for *_, p in tests])):
+    for x, floor, (ratio, lo, hi, p), q in zip(log_ratios, floors, tests, q_values([p for *_, p in tests])):
         inside = 1 - threshold <= lo and hi <= 1 + threshold
         verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, level)
                    or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))

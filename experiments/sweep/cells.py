@@ -147,7 +147,7 @@ class Group:
         """Every side's comparison with its base on every cell, judged together: (side, cell) -> verdict."""
         keys = [(s, b, i) for i, c in enumerate(compared) for s, b in self.pairs_on(c)]
         verdicts = judge_pairs([compared[i].log_ratios(s, b) for s, b, i in keys], self.threshold, self.alpha,
-                               self.looks)
+                               self.looks, [compared[i].floor(s, b) for s, b, i in keys])
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:

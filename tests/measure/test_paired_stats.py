@@ -164,18 +164,22 @@ def test_swapped_sides_give_the_inverse_ratio_interval_and_verdict():
     assert ab.confidence == pytest.approx(1 - look_level(5, 12, 0.05))
 
 
-def test_a_cell_whose_trials_agree_by_chance_takes_the_spread_of_the_cells_measured_with_it():
-    """Four cells measured in the same five trials: three spread 2-4%; the fourth's trials agree within 0.3%, and
-    it reads 2% faster. Alone it would be called faster at 2%'s threshold; judged with the others, its interval
-    takes their median spread, holds 1, and it is inconclusive."""
-    rng = np.random.default_rng(11)
-    noisy = [list(rng.normal(0, sd, 5)) for sd in (0.02, 0.03, 0.04)]
-    lucky = [-0.02 + d for d in (-0.003, 0.001, 0.002, -0.001, 0.001)]
-    (alone,) = judge_pairs([lucky], 0.01)
-    *_, among = judge_pairs([*noisy, lucky], 0.01)
-    assert alone.verdict == Verdict.FASTER and alone.ci_high < 1
-    assert among.verdict == Verdict.INCONCLUSIVE and among.ci_low < 1 < among.ci_high
-    assert among.spread == pytest.approx(float(np.median([np.std(x, ddof=1) for x in [*noisy, lucky]])))
+def test_trials_that_agree_better_than_their_rounds_allow_are_judged_by_their_rounds():
+    """Five trials, each the median of 25 rounds whose log ratios spread 5% (SD): each trial's ratio could read about
+    1.25% off from its rounds alone. Trials that happen to agree within 0.3%, 1.5% faster, are called faster on
+    their own spread; at their rounds' floor the interval holds 1 and the cell is inconclusive."""
+    rng = np.random.default_rng(4)
+    a = [[1e-3] for _ in range(25)]
+    rounds = [[[1e-3 * math.exp(x)] for x in rng.normal(0, 0.05, 25)] for _ in range(5)]
+    se = [stats.pair_log_ratio_se(a, b) for b in rounds]
+    assert all(0.006 < s < 0.025 for s in se)  # 1.2533 × 5% / 5 = 1.25%, from 25 rounds' MAD
+    assert stats.pair_log_ratio_se(a[:1], rounds[0][:1]) == 0.0
+    lucky = [-0.015 + d for d in (-0.003, 0.001, 0.002, -0.001, 0.001)]
+    (own,) = judge_pairs([lucky], 0.01, looks=DEFAULT_LOOKS)
+    (floored,) = judge_pairs([lucky], 0.01, looks=DEFAULT_LOOKS, floors=[float(np.median(se))])
+    assert own.verdict == Verdict.FASTER and own.ci_high < 1
+    assert floored.verdict == Verdict.INCONCLUSIVE and floored.ci_low < 1 < floored.ci_high
+    assert floored.spread == pytest.approx(float(np.median(se))) and own.spread == pytest.approx(np.std(lucky, ddof=1))
 
 
 def test_the_interval_never_reaches_past_what_the_processes_measured():
@@ -231,6 +235,21 @@ def test_a_cell_judges_without_its_set_aside_trials_and_keeps_them():
     (v,) = judge_pairs([c.log_ratios(1, 0)], 0.03, 0.05)
     (all_in,) = judge_pairs([[t.log_ratio(1, 0) for t in c.trials]], 0.03, 0.05)
     assert v.verdict == Verdict.FASTER and all_in.verdict == Verdict.INCONCLUSIVE and all_in.ci_low < 0.05
+
+
+def test_a_cells_floor_is_the_median_of_what_its_trials_rounds_leave_uncertain():
+    from experiments.common.protocol import Burst, Prepared
+    from experiments.harness.trials import Cell, Compared, Trial, Turn
+
+    def trial(index, spread):
+        b = [Burst([1e-3 * math.exp(spread * (-1) ** r * (r % 3))]) for r in range(9)]
+        turns = [Turn(prepared=Prepared("ok"), bursts=[Burst([1e-3])] * 9), Turn(prepared=Prepared("ok"), bursts=b)]
+        return Trial(index, turns)
+
+    c = Compared(Cell(8, "inference"), [trial(i, sd) for i, sd in enumerate((0.01, 0.02, 0.04))])
+    ses = [t.log_ratio_se(1, 0) for t in c.trials]
+    assert ses[0] < ses[1] < ses[2] and c.floor(1, 0) == pytest.approx(ses[1])
+    assert Compared(Cell(8, "inference")).floor(1, 0) == 0.0
 
 
 def test_a_far_process_is_replaced_only_where_other_processes_used_the_cpu():
