@@ -176,8 +176,8 @@ def shifted(layout: int) -> tuple[bytearray, mmap.mmap]:
     16 MiB of address space that is never touched (the large blocks mmap'd after it move by whole pages). A worker
     forked by a fork server starts from the server's memory image, so without this its buffers land at the same
     addresses in every trial, and that layout's luck is a bias its trials share: on a quiet 2-core machine the
-    workers of one of two fork servers of the same interpreter ran torch mlp_relu bs128 inference 7% apart from the
-    other's in every trial (2% at bs512, 6% at bs32; docs/evidence.md)."""
+    workers of one of two fork servers of the same interpreter ran torch mlp_relu bs128 inference 6.4% apart from the
+    other's in every trial (2% at bs512, 6% at bs32); with a layout drawn per cell, 0.2-1.6% (docs/evidence.md)."""
     return bytearray(16 * (layout % 4096)), mmap.mmap(-1, mmap.PAGESIZE * (1 + (layout // 4096) % 4096))
 
 
