@@ -258,8 +258,8 @@ def paired(a: argparse.Namespace) -> int:
 
     if a.sweep or a.planted:
         raise BadInput("with --paired: no --sweep or --planted (it runs its own sweeps): e.g. --paired --repeats 2")
-    workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
     register()  # the sweep's door, before anything runs: a bad override is its one line
     commandline.explained(["-m", *promise.TORCH_AA, *a.overrides])
+    workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
     uri = store_uri(a.uri) if a.uri else f"sqlite:///{workdir}/mlruns/mlflow.db"
     return OK if promise.calibrate(a.repeats or 2, a.overrides, workdir, uri) else LOST
