@@ -111,6 +111,16 @@ def changed(ratio: float, q: float, threshold: float, alpha: float) -> Verdict |
     return None
 
 
+def rate(k: int, n: int) -> str:
+    """k of n as a share with its exact (Clopper-Pearson) 95% interval: how the self-checks say an error rate."""
+    if n == 0:
+        return "no comparisons"
+    from scipy.stats import binomtest  # as in welch
+
+    lo, hi = binomtest(k, n).proportion_ci(0.95)
+    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
 def q_values(ps: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg q-values of the p-values judged together (nan stays nan: no test)."""
     ps = np.asarray(ps, dtype=float)
@@ -140,6 +150,16 @@ class PairedComparison:
     def conclusive(self) -> bool:
         """Whether more trials could not change it (harness/pairs.py adds trials until it is, up to a budget)."""
         return self.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.SAME)
+
+    @property
+    def precision(self) -> float:
+        """The half-width, as a fraction, of the ratio's plain 95% interval at this look (Student's t at its spread,
+        the looks not counted): how precisely its trials have measured it, which the trial budget's target reads
+        (bench.target_ratio_ci); the verdict reads the look's own, wider interval. inf below two trials."""
+        if self.pairs < 2 or self.spread != self.spread:
+            return math.inf
+        from scipy.special import stdtrit  # as in paired_t
+        return math.expm1(float(stdtrit(self.pairs - 1, 0.975)) * self.spread / math.sqrt(self.pairs))
 
 
 @dataclass(frozen=True)

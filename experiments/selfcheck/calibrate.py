@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 from experiments.common.child import run_to_end
 from experiments.common.config import README_SWEEP, register
@@ -47,7 +46,7 @@ from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
-from experiments.measure.verdict import Verdict, process_medians, welch
+from experiments.measure.verdict import Verdict, process_medians, rate, welch
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 
@@ -102,14 +101,6 @@ def holds_one(pair: pd.DataFrame) -> int:
     """Points of an A/A pair whose ratio's 95% interval holds 1 (points measured on both sides)."""
     return sum(lo <= 1 <= hi for _, g in pair.groupby(POINT, dropna=False) if len(g) == 2
                for _, lo, hi, _ in [welch(*g.sort_values("position")["process_medians_s"])])
-
-
-def rate(k: int, n: int) -> str:
-    """k of n as a share with its exact 95% binomial interval."""
-    if n == 0:
-        return "no comparisons"
-    lo, hi = binomtest(k, n).proportion_ci(0.95)
-    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
 def aa_ab(pairs: list[pd.DataFrame], factors=FACTORS, mde: bool = True) -> dict:

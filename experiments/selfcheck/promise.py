@@ -30,7 +30,7 @@ import numpy as np
 
 from experiments.common.child import run_to_end
 from experiments.harness.trials import TRIAL, Trial
-from experiments.measure.verdict import Evidence
+from experiments.measure.verdict import Evidence, rate
 from experiments.store.sweepdir import Sweep
 from experiments.sweep.cells import Answer
 
@@ -105,16 +105,6 @@ def measure(case: Case, directory: Path, uri: str) -> Run:
                [t.background_cores() for t in trials if t.failure is None], time.perf_counter() - t0)
 
 
-def rate(k: int, n: int) -> str:
-    """k of n as a share with its exact (Clopper-Pearson) 95% interval."""
-    if n == 0:
-        return "no cells"
-    from scipy.stats import binomtest  # scipy: only once the sweeps have run
-
-    lo, hi = binomtest(k, n).proportion_ci(0.95)
-    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
-
-
 def ratio(cell: Evidence) -> float:
     """The cell's B/A: the geometric mean of its trials' ratios."""
     return math.exp(float(np.mean(cell.log_ratios)))
@@ -126,7 +116,7 @@ def bias(cells: list[Evidence]) -> tuple[float, float]:
     logs = [math.log(ratio(c)) for c in cells if c.log_ratios]
     if len(logs) < 2:
         return (logs[0] if logs else math.nan), math.nan
-    from scipy.special import stdtrit  # as in rate
+    from scipy.special import stdtrit  # scipy takes most of a second to import: only once the sweeps have run
 
     return float(np.mean(logs)), float(stdtrit(len(logs) - 1, 0.975) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
 

@@ -151,10 +151,11 @@ class Group:
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:
-        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci; not for
-        one whose side failed on it (that side sits the cell out: more trials can't settle it)."""
+        """A cell needs more trials while a comparison on it is inconclusive or measured less precisely than
+        ±target_ratio_ci (`PairedComparison.precision`); not for one whose side failed on it (that side sits the cell
+        out: more trials can't settle it)."""
         judged = self.judged(compared)
-        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, b in self.pairs_on(c)
+        return [all(judged[(s, i)].conclusive and judged[(s, i)].precision <= self.target for s, b in self.pairs_on(c)
                     if not {s, b} & c.failed()) for i, c in enumerate(compared)]
 
     def keep(self, compared: list[pairs.Compared], interrupted: str | None = None) -> None:
@@ -242,11 +243,6 @@ PAIRED_WARMUP_S = 0.05
 def warm(side: pairs.Side) -> pairs.Side:
     budget = dataclasses.replace(side.request.budget, warmup_s=min(side.request.budget.warmup_s, PAIRED_WARMUP_S))
     return dataclasses.replace(side, request=dataclasses.replace(side.request, budget=budget))
-
-
-def wide(c: PairedComparison) -> float:
-    """The interval's half-width, as a fraction: ±4% for [0.96, 1.04] around 1."""
-    return math.sqrt(c.ci_high / c.ci_low) - 1 if c.ci_low == c.ci_low and c.ci_low > 0 else math.inf
 
 
 @dataclass

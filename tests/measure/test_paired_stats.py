@@ -108,14 +108,14 @@ DEFAULT_LOOKS = Looks(5, 12)  # bench=default: 5 trials, then one more at a time
 
 def sequential(effect: float, sd: float, cells: int, looks: Looks | None, seed: int = 0) -> list[Verdict]:
     """Each cell judged as a sweep judges it: after looks.first trials, then after each further trial while it is
-    unsettled (neither slower, faster nor no change, or its interval wider than ±10%), up to looks.last; its last
-    verdict kept. looks None: every look at 5%, as before the looks were counted."""
+    unsettled (neither slower, faster nor no change, or its plain 95% interval wider than ±10%), up to looks.last;
+    its last verdict kept. looks None: every look at 5%, as before the looks were counted."""
     rng, out = np.random.default_rng(seed), []
     first, last = DEFAULT_LOOKS.first, DEFAULT_LOOKS.last
     for x in rng.normal(math.log(effect), sd, (cells, last)):
         for n in range(first, last + 1):
             (v,) = judge_pairs([list(x[:n])], 0.03, 0.05, *([looks] if looks else []))
-            if v.conclusive and math.sqrt(v.ci_high / v.ci_low) - 1 <= 0.1:
+            if v.conclusive and v.precision <= 0.1:
                 break
         out.append(v.verdict)
     return out
@@ -153,6 +153,18 @@ def test_a_planted_five_percent_is_found_at_every_look_level():
     """5% slower, trials spread 3%: found (slower) in at least 90% of 300 cells, judged look by look."""
     found = np.mean([v == Verdict.SLOWER for v in sequential(1.05, 0.03, 300, DEFAULT_LOOKS, seed=5)])
     assert found >= 0.9, found
+
+
+def test_the_trial_budget_reads_the_plain_interval_and_the_verdict_the_looks():
+    """A 40% slowdown whose five trials spread 7%: its look's interval (98.5%) reaches ±13%, its plain 95% one
+    ±9%, within bench=default's ±10% target: slower, and no more trials (as before the looks were counted)."""
+    x = list(math.log(1.4) + np.array([-0.07, 0.0, 0.07, 0.035, -0.035]) * 1.26)
+    (v,) = judge_pairs([x], looks=DEFAULT_LOOKS)
+    from scipy.special import stdtrit
+
+    assert v.verdict == Verdict.SLOWER and math.sqrt(v.ci_high / v.ci_low) - 1 > 0.1
+    assert v.precision == pytest.approx(math.expm1(stdtrit(4, 0.975) * np.std(x, ddof=1) / math.sqrt(5)))
+    assert v.precision < 0.1 and judge_pairs([x[:1]])[0].precision == math.inf
 
 
 def test_swapped_sides_give_the_inverse_ratio_interval_and_verdict():
