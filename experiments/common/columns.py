@@ -10,5 +10,7 @@ DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")
 # Tags ("true"/"false") that say a point's numbers need care: other processes used the CPU; a re-run may read far off.
 FLAGS = ("noisy", "unstable", "oversubscribed")
 # Per op of a point measured paired against its cell's baseline: the speedup (the baseline's time over this one's) and
-# its 95% interval, p- and q-value and trials, as metrics `<op>_<name>`; its verdict is the tag `<op>_verdict`.
-PAIRED = ("speedup", "speedup_ci95_low", "speedup_ci95_high", "speedup_p_value", "speedup_q_value", "speedup_trials")
+# its 95% interval, p- and q-value and trials, the interval's level at the last look and the spread of the trials'
+# log ratios it used, as metrics `<op>_<name>`; its verdict is the tag `<op>_verdict`.
+PAIRED = ("speedup", "speedup_ci95_low", "speedup_ci95_high", "speedup_p_value", "speedup_q_value", "speedup_trials",
+          "speedup_look_level", "speedup_spread")

@@ -172,7 +172,7 @@ class BenchConf(Budget):
     burst_s: float = 0.02  # paired: one burst's length
     paired_design: PairedDesign = PairedDesign.auto  # paired: how variants take turns; auto: by the device they hold
     max_processes: int = MISSING  # paired: more trials, up to this many, for a cell whose ratio is not settled...
-    target_ratio_ci: float = MISSING  # ...while its 95% interval is wider than ±this, or its verdict inconclusive
+    target_ratio_ci: float = MISSING  # ...while its plain 95% interval is wider than ±this, or a verdict inconclusive
 
 
 @dataclass

@@ -277,6 +277,7 @@ class Command(Json):
     batch_size: int = 0  # prepare: the point's batch size...
     op: str = ""  # ...and the op
     variant: int = 0  # prepare, burst: which set-up (0: the request's own; k: `Request.variants[k - 1]`)
+    layout: int = 0  # prepare: where in memory the op's buffers land, drawn per trial (measure/worker.py: shifted)
 
 
 @dataclass

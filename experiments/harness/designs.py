@@ -113,6 +113,7 @@ def merged(parts: list[Trial], sides: int, stages: list[str]) -> Trial:
             if turn.ready is not None:
                 out.turns[i] = turn
         out.order, out.wall_s, out.workers = out.order + p.order, out.wall_s + p.wall_s, out.workers + p.workers
+        out.started, out.preparation = out.started + p.started, out.preparation + p.preparation
         out.meter = {k: out.meter.get(k, 0.0) + v for k, v in p.meter.items()}
         if out.failure is None and p.failure is not None:
             out.failure, out.failed_side, out.stderr_tail = p.failure, p.failed_side, p.stderr_tail

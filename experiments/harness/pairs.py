@@ -48,13 +48,18 @@ __all__ = ["BURST_S", "MAX_TRIALS", "MIN_ROUNDS", "ORDERS", "ROUNDS", "TRIAL", "
            "Judged", "PairFailed", "PairedWorker", "Session", "Settled", "Side", "Trial", "Turn", "Workers", "cells_of",
            "compare", "orders", "plan", "rounds_for", "run_cell", "run_pair", "server", "stopped"]
 
-def orders(design: Design, index: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
-    """The sides' order in each round of trial `index`: rotating (AB, BA, AB, ... for two sides; each side first in
-    turn, starting one further in each trial), or drawn at random."""
+# The layouts a side's worker is given for a cell (`Turn.layout`): measure/worker.py's `shifted` reads 4096 heap
+# offsets and 4096 page offsets from one.
+LAYOUTS = 1 << 24
+
+
+def orders(design: Design, start: int, sides: list[int], rng: np.random.Generator) -> list[list[int]]:
+    """The sides' order in each round: rotating (AB, BA, AB, ... for two sides; each side first in turn, from the
+    one at `start` in `sides`), or drawn at random."""
     if design.order == "random":
         return [list(rng.permutation(sides)) for _ in range(design.rounds)]
     k = len(sides)
-    return [sides[(r + index) % k:] + sides[:(r + index) % k] for r in range(design.rounds)]
+    return [sides[(r + start) % k:] + sides[:(r + start) % k] for r in range(design.rounds)]
 
 
 def rounds_for(design: Design, first: list[Burst]) -> int:
@@ -71,21 +76,23 @@ def rounds_for(design: Design, first: list[Burst]) -> int:
 
 def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.random.Generator,
              skip: set[int | None] = frozenset()) -> Trial:
-    """One cell in a trial: each worker prepares it while the others are stopped (the first side first in even
-    trials, the last in odd ones), then `design.rounds` rounds of one burst per side, one worker running at a time.
-    The sides in `skip` (their worker failed on this cell before) sit it out. PairFailed for a worker that crashed,
-    hung or would not stop."""
+    """One cell in a trial: each worker prepares it while the others are stopped, then `design.rounds` rounds of one
+    burst per side, one worker running at a time. Which side prepares first, which opens the rounds and where in
+    memory each side's buffers land (`Turn.layout`, measure/worker.py: shifted) are drawn from `rng` and recorded
+    (with `Trial.started`, `preparation`, `order`), so no side is favoured by its place or its fork server's memory
+    image. The sides in `skip` (their worker failed on this cell before, or it runs in another stage) sit it out.
+    PairFailed for a worker that crashed, hung or would not stop."""
     t0, live, turns = time.perf_counter(), workers.live, workers.taking_turns  # a worker alone is never stopped
-    trial = Trial(index, [Turn(ready=r) for r in workers.ready])
-    for i in (range(len(live)) if index % 2 == 0 else reversed(range(len(live)))):
-        if i in skip:
-            continue
+    trial = Trial(index, [Turn(ready=r) for r in workers.ready], started=workers.order)
+    for i in (int(i) for i in rng.permutation(len(live)) if i not in skip):
         live[i].cont() if turns else None
-        trial.turns[i].prepared = live[i].prepare(cell)
+        trial.turns[i].layout = int(rng.integers(LAYOUTS))
+        trial.turns[i].prepared = live[i].prepare(cell, trial.turns[i].layout)
         live[i].stop() if turns else None
+        trial.preparation += letter(i)
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]
     before, cpu, rounds = meter(), sum(w.cpu_s() for w in live), design.rounds
-    for r, seq in enumerate(orders(design, index, ok, rng) if ok else ()):
+    for r, seq in enumerate(orders(design, int(rng.integers(len(ok))), ok, rng) if ok else ()):
         if r == rounds:
             break
         for i in seq:
@@ -178,7 +185,9 @@ class Session:
             if not mine:
                 return
             try:
-                workers = Workers(self.sides, servers, self.directory / f"trial-{index}", mine, n).start(index == 0)
+                order = [int(i) for i in self.rng.permutation(len(mine))]  # which worker starts first: drawn
+                workers = Workers(self.sides, servers, self.directory / f"trial-{index}", mine, n).start(index == 0,
+                                                                                                     order)
             except PairFailed as e:  # a worker that can't start fails every cell it would measure
                 self.checkpoint()
                 for i in todo:
@@ -247,11 +256,14 @@ class Judged:
 
 def compare(a: Side, b: Side, design: Design, judge: Callable[[list[list[float]]], list], directory: Path,
             on_trial: Callable[[Compared, Trial], None] = lambda c, t: None) -> list[Judged]:
-    """B against A on the cells of A's points, paired, each cell judged by `judge` (its verdicts must say whether
-    they are `conclusive`): more trials for a cell while it is not, up to `design.max_trials`; none for a cell a side
+    """B against A on the cells of A's points, paired, each cell judged by `judge` (`verdict.judge_pairs`: its
+    verdicts say whether they are `conclusive`) at every look `design.looks`, its spread at least its rounds' own
+    (`Compared.floor`): more trials for a cell while it is not, up to `design.max_trials`; none for a cell a side
     can't run."""
     session = Session([a, b], cells_of(a.request.points), design, directory, on_trial)
+    judged = lambda cs: judge([c.log_ratios(1, 0) for c in cs], looks=design.looks,  # noqa: E731
+                              floors=[c.floor(1, 0) for c in cs])
     settled = lambda cs: [v.conclusive or c.skipped(0) is not None or c.skipped(1) is not None  # noqa: E731
-                          for c, v in zip(cs, judge([c.log_ratios(1, 0) for c in cs]))]
+                          for c, v in zip(cs, judged(cs))]
     compared = session.run(settled)
-    return [Judged(c, v) for c, v in zip(compared, judge([c.log_ratios(1, 0) for c in compared]))]
+    return [Judged(c, v) for c, v in zip(compared, judged(compared))]

@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from experiments.common.config import PAIRED_DESIGNS
 from experiments.common.job import Job
 from experiments.common.protocol import Burst, Json, Point, Prepared, Ready, Request
 from experiments.harness import manager
 from experiments.measure import stats
 from experiments.measure.meter import oversubscription
+from experiments.measure.verdict import Looks
 
 # Burst length, chosen with `python -m experiments.selfcheck.paired` (docs/evidence.md): A/A pairs of torch LeNet
 # bs32 inference (one thread), 1.5 s of bursts per side per pair, other work using 1.3-1.5 of the 2 cores: the
@@ -46,6 +49,11 @@ class Design(Json):
             raise ValueError(f"paired_design {self.paired_design!r}: one of {', '.join(PAIRED_DESIGNS)}")
         if self.burst_s <= 0 or self.rounds < 1 or self.trials < 1 or self.max_trials < self.trials:
             raise ValueError(f"{self}: bursts and rounds must be positive, and max_trials at least trials")
+
+    @property
+    def looks(self) -> Looks:
+        """When a cell's verdict is read: after `trials`, then after each more while it is unsettled."""
+        return Looks(self.trials, self.max_trials)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,7 @@ class Turn(Json):
     ready: Ready | None = None
     prepared: Prepared | None = None
     bursts: list[Burst] = field(default_factory=list)
+    layout: int = 0  # where in memory the op's buffers landed (drawn: harness/pairs.py; measure/worker.py: shifted)
 
     @property
     def ok(self) -> bool:
@@ -137,6 +146,8 @@ class Trial(Json):
     paired_design: str = "bursts"  # how the sides took turns (harness/designs.py): `bursts+in-process` where mixed
     stages: list[str] = field(default_factory=list)  # alternating: each stage's workers (their sides), in turn
     workers: list[Lifetime] = field(default_factory=list)  # the workers that served the cell
+    started: str = ""  # ... in the order their workers started (drawn per trial: harness/pairs.py)
+    preparation: str = ""  # ... in the order they prepared the cell (drawn per trial and cell)
     wall_s: float = 0.0  # the cell's time in this trial: preparations, bursts, stops
     failure: str | None = None  # a crash, a hang, a worker that never connected: the trial's cell is left out
     failed_side: int | None = None  # whose worker it was
@@ -161,6 +172,14 @@ class Trial(Json):
             return None
         a, b = self.turns[base], self.turns[side]
         return stats.pair_log_ratio([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
+
+    def log_ratio_se(self, side: int, base: int) -> float:
+        """How far `log_ratio` could read from this trial's rounds alone (`stats.pair_log_ratio_se`); 0 where it has
+        none."""
+        if self.log_ratio(side, base) is None:
+            return 0.0
+        a, b = self.turns[base], self.turns[side]
+        return stats.pair_log_ratio_se([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
 
 
 @dataclass
@@ -187,6 +206,12 @@ class Compared(Json):
 
     def log_ratios(self, side: int, base: int) -> list[float]:
         return [t.log_ratio(side, base) for t in self.used(side, base)]
+
+    def floor(self, side: int, base: int) -> float:
+        """The least spread its trials' log ratios can have: the median over its trials of what each one's rounds
+        alone leave uncertain (`Trial.log_ratio_se`); 0 without trials."""
+        ses = [t.log_ratio_se(side, base) for t in self.used(side, base)]
+        return float(np.median(ses)) if ses else 0.0
 
     def skipped(self, side: int) -> str | None:
         """Why the op can't run on `side`, if its worker said so."""

@@ -118,10 +118,12 @@ class PairedWorker:
             self.conn.sendall(command.to_json().encode() + b"\n")
         return self.read(timeout)
 
-    def prepare(self, cell: Cell, variant: int = 0) -> Prepared:
-        """The cell's op prepared for the side it serves `variant`-th (a failure then names that side)."""
+    def prepare(self, cell: Cell, variant: int = 0, layout: int = 0) -> Prepared:
+        """The cell's op prepared for the side it serves `variant`-th (a failure then names that side), its buffers
+        placed by `layout` (measure/worker.py: shifted)."""
         self.index = self.indices[variant]
-        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op, variant=variant),
+        return Prepared.from_json(self.ask(Command("prepare", batch_size=cell.batch_size, op=cell.op, variant=variant,
+                                                   layout=layout),
                                            self.side.timeout_s))
 
     def burst(self, seconds: float, variant: int = 0) -> Burst:
@@ -196,8 +198,8 @@ class Variant:
     def __init__(self, worker: PairedWorker, k: int):
         self.worker, self.k = worker, k
 
-    def prepare(self, cell: Cell) -> Prepared:
-        return self.worker.prepare(cell, self.k)
+    def prepare(self, cell: Cell, layout: int = 0) -> Prepared:
+        return self.worker.prepare(cell, self.k, layout)
 
     def burst(self, seconds: float) -> Burst:
         return self.worker.burst(seconds, self.k)
@@ -235,6 +237,7 @@ class Workers:
         self.live: list[PairedWorker | Variant | Absent] = [Absent() for _ in sides]  # per side: what it talks to
         self.ready: list[Ready | None] = [None] * len(sides)
         self.lives: list[Lifetime] = []  # each worker's, reaped ones with their end
+        self.order = ""
 
     @property
     def taking_turns(self) -> bool:
@@ -245,13 +248,17 @@ class Workers:
     def absent(self) -> set[int]:
         return {i for i, w in enumerate(self.live) if isinstance(w, Absent)}
 
-    def start(self, one_by_one: bool = False) -> "Workers":
-        """Start every unit's worker; once each is ready, stop it. PairFailed (every one killed) where one can't.
+    def start(self, one_by_one: bool = False, order: list[int] | None = None) -> "Workers":
+        """Start every unit's worker, in `order` (the units' indices; default: as listed; `self.order`: the sides'
+        letters, first started first); once each is ready, stop it. PairFailed (every one killed) where one can't.
         They start at once, or `one_by_one`: the first trial's workers calibrate their framework's peak as they
         start (`measure.peaks`), which another worker's start beside them would disturb."""
+        order = list(range(len(self.units))) if order is None else order
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.order = "".join(letter(i) for u in order for i in self.units[u])
         try:
-            for unit in self.units:
+            for u in order:
+                unit = self.units[u]
                 w = PairedWorker([self.sides[i] for i in unit], self.servers[unit[0]], self.directory, list(unit))
                 self.processes.append(w)
                 self.lives.append(Lifetime(w.name, w.worker.pid, self.stage, w.started))

@@ -12,6 +12,7 @@ statistics. No framework can match another's dropout stream, so train-mode rando
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +32,12 @@ TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the la
 # zero gradient, which each framework computes as rounding noise (dscnn's 24.bias: ~1e-9 on both sides, 2.2 apart
 # relative to itself, beside kernel gradients of ~1e-3).
 GRAD_FLOOR = 1e-2
+# The batch the frameworks are compared at: at least CHECK_BATCH, the sweep's smallest batch where larger (the
+# function at a batch it measured), at most CHECK_MAX (the check runs on the CPU at fp32, beside the sweep). At a
+# batch of 2, gradients through training-mode BatchNorm are float32 rounding noise: the seed's mlp_batchnorm read
+# 0.kernel 0.81 apart between the frameworks, and matmul_chain's output 2.8e-4 (fp32 sums over its widths); at 8,
+# 1.5e-5 and 3.2e-5, every built-in model within the tolerance (tests/measure/test_parity.py checks at 8 too).
+CHECK_BATCH, CHECK_MAX = 8, 64
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Parity(Json):
     where: str = ""  # the tensor it was seen in: output, loss, or "<flax path> <- <torch name>" (a gradient)
     reason: str = ""  # why unchecked, or what failed
     params: dict[str, int] = field(default_factory=dict)  # trainable parameters per framework, as each side counts
+    batch: int | None = None  # the batch size it compared at (`check_batch`; None: nothing was run)
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,12 @@ def verdict(errors: dict[str, float], params: dict[str, int]) -> Parity:
                   "" if ok else f"{where} differs by {errors[where]:.2g} (tolerance {TOLERANCE:g})", params)
 
 
-def check(spec: Model, seed: int = 0, batch: int = 2) -> Parity:
+def check_batch(batches: list[int]) -> int:
+    """The batch size a sweep's model is compared at, from the batch sizes the sweep measures (CHECK_BATCH)."""
+    return min(max(CHECK_BATCH, min(batches, default=CHECK_BATCH)), CHECK_MAX)
+
+
+def check(spec: Model, seed: int = 0, batch: int = CHECK_BATCH) -> Parity:
     """Compare the two frameworks on one batch; both backends are configured for the CPU at fp32 first."""
     if isinstance(spec, Network):
         if spec.torch is None or spec.flax is None:
@@ -87,9 +100,10 @@ def check(spec: Model, seed: int = 0, batch: int = 2) -> Parity:
     for framework in SIDES:
         load(framework).configure(SMOKE[framework])
     try:
-        return network(spec, seed, batch) if isinstance(spec, Network) else layers(spec, seed, batch)
+        got = network(spec, seed, batch) if isinstance(spec, Network) else layers(spec, seed, batch)
     except Exception as e:  # the user's code, or a framework refusing it: a failed check, said in one line
-        return Parity("failed", reason=f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
+        got = Parity("failed", reason=f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
+    return dataclasses.replace(got, batch=batch)
 
 
 def layers(spec: models.ModelSpec, seed: int, batch: int) -> Parity:
@@ -167,8 +181,10 @@ NOT_ASKED = Parity("unchecked", reason="not asked (--flops-only)")
 
 
 def prove(spec: Model, points: list[tuple[str, int]], seed: int = 0, parity: bool = True) -> Proof:
-    """Parity (unless not asked), and the FLOPs of each (op, batch) from one source for both frameworks."""
-    return Proof(check(spec, seed) if parity else NOT_ASKED, [counted(spec, op, batch, seed) for op, batch in points])
+    """Parity (unless not asked) at the points' `check_batch`, and the FLOPs of each (op, batch) from one source for
+    both frameworks."""
+    checked = check(spec, seed, check_batch([batch for _, batch in points])) if parity else NOT_ASKED
+    return Proof(checked, [counted(spec, op, batch, seed) for op, batch in points])
 
 
 def main(argv: list[str]) -> int:

@@ -228,6 +228,17 @@ def pair_log_ratio(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Seque
     return float(np.median(round_log_ratios(a_bursts, b_bursts)))
 
 
+def pair_log_ratio_se(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Sequence[float]]) -> float:
+    """How far a pair's log ratio (`pair_log_ratio`: the median of its rounds' log ratios) could read from its rounds
+    alone: the median's standard error, 1.2533 × their robust SD (1.4826 × MAD) / √rounds (0 for one round). Trials
+    of a cell can't agree better than this, whatever their luck: the paired verdict takes it as the least spread
+    of their log ratios (`verdict.judge_pairs`)."""
+    r = np.asarray(round_log_ratios(a_bursts, b_bursts), dtype=float)
+    if len(r) < 2:
+        return 0.0
+    return 1.2533 * 1.4826 * float(np.median(np.abs(r - np.median(r)))) / math.sqrt(len(r))
+
+
 def pooled_log_ratio(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Sequence[float]]) -> float:
     """log(B/A) from the median of all B's burst samples over the median of all A's (the self-check compares it)."""
     return math.log(float(np.median(np.concatenate(b_bursts))) / float(np.median(np.concatenate(a_bursts))))

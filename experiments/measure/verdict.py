@@ -15,14 +15,18 @@ pooled calls calls drift a change. Per comparison:
 `nnbench calibrate` measures the false-alarm rate of this rule on A/A pairs and its detection rate on planted
 slowdowns (docs/comparing.md).
 
-Paired comparisons (harness/pairs.py: two warm workers alternating bursts) are judged by `judge_pairs`: the unit of
-evidence is one fresh pair, its log ratio B/A; per point, Student's t interval over the pairs' log ratios, and a
-one-sample t test of them; Benjamini-Hochberg over the points judged together. *slower* (*faster*) when q < alpha
-and the ratio is beyond 1 ± threshold; *no change* only when the whole interval lies inside 1 ± threshold;
-*inconclusive* otherwise (more pairs may settle it); *no verdict* below two pairs.
+Paired comparisons (harness/pairs.py: warm workers taking turns in bursts) are judged by `judge_pairs`: the unit of
+evidence is one fresh trial, its log ratio B/A; per cell, Student's t interval over the trials' log ratios, and a
+one-sample t test of them; Benjamini-Hochberg over the cells judged together. A cell is judged again after each
+trial it gets while unsettled (`Looks`), so each look is judged at the level that keeps `alpha` over all of them
+(`look_level`, a Pocock boundary for Student's t), and its spread is never taken below what each trial's own rounds
+leave uncertain (`judge_pairs`' floors). *slower* (*faster*) when q < that level and the ratio is beyond
+1 ± threshold; *no change* only when the whole interval lies inside 1 ± threshold; *inconclusive* otherwise (more
+trials may settle it); *no verdict* below two trials.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -107,6 +111,16 @@ def changed(ratio: float, q: float, threshold: float, alpha: float) -> Verdict |
     return None
 
 
+def rate(k: int, n: int) -> str:
+    """k of n as a share with its exact (Clopper-Pearson) 95% interval: how the self-checks say an error rate."""
+    if n == 0:
+        return "no comparisons"
+    from scipy.stats import binomtest  # as in welch
+
+    lo, hi = binomtest(k, n).proportion_ci(0.95)
+    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
 def q_values(ps: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg q-values of the p-values judged together (nan stays nan: no test)."""
     ps = np.asarray(ps, dtype=float)
@@ -120,46 +134,110 @@ def q_values(ps: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PairedComparison:
-    """One point's paired comparison, B against A, from its pairs' log ratios."""
+    """One cell's paired comparison, B against A, from its trials' log ratios."""
 
-    ratio: float  # B/A: exp of the mean of the pairs' log ratios; > 1 is slower
-    ci_low: float  # its interval (Student's t over the pairs, on the log scale)
-    ci_high: float
-    p_value: float  # one-sample t test of the log ratios against 0 (nan: fewer than two pairs)
-    q_value: float  # p adjusted over the points judged together (Benjamini-Hochberg)
+    ratio: float  # B/A: exp of the mean of the trials' log ratios; > 1 is slower
+    ci_low: float  # its interval (Student's t over the trials, on the log scale), the one the verdict used:
+    ci_high: float  # at `confidence` at each look, 95% over all the looks together
+    p_value: float  # one-sample t test of the log ratios against 0 (nan: fewer than two trials)
+    q_value: float  # p adjusted over the cells judged together (Benjamini-Hochberg)
     verdict: Verdict
     pairs: int
+    confidence: float = math.nan  # the interval's level at this look (`look_level`; nan: no interval)
+    spread: float = math.nan  # the SD of the log ratios the interval used (its own, or its floor where larger)
 
     @property
     def conclusive(self) -> bool:
-        """Whether more pairs could not change it (harness/pairs.py adds pairs until it is, up to a budget)."""
+        """Whether more trials could not change it (harness/pairs.py adds trials until it is, up to a budget)."""
         return self.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.SAME)
 
+    @property
+    def precision(self) -> float:
+        """The half-width, as a fraction, of the ratio's plain 95% interval at this look (Student's t at its spread,
+        the looks not counted): how precisely its trials have measured it, which the trial budget's target reads
+        (bench.target_ratio_ci); the verdict reads the look's own, wider interval. inf below two trials."""
+        if self.pairs < 2 or self.spread != self.spread:
+            return math.inf
+        from scipy.special import stdtrit  # as in paired_t
+        return math.expm1(float(stdtrit(self.pairs - 1, 0.975)) * self.spread / math.sqrt(self.pairs))
 
-def paired_t(log_ratios: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
-    """(ratio, interval low, interval high, p) of B/A from pairs' log ratios; nan where there are fewer than two."""
+
+@dataclass(frozen=True)
+class Looks:
+    """When a cell's trials are judged: first at `first` trials, then again after each further trial while the cell
+    is unsettled, up to `last` (bench.processes and bench.max_processes)."""
+
+    first: int = 1
+    last: int = 1
+
+    def level(self, alpha: float = ALPHA) -> float:
+        """The two-sided level each look is judged at, so that all of them together keep `alpha`."""
+        return look_level(max(self.first, 2), max(self.last, self.first, 2), alpha)
+
+
+# Draws of Gaussian A/A cells that set a schedule's per-look level: its Monte-Carlo error moves the level's
+# false-alarm rate by about ±0.1% (binomial SD at 5%), seeded, so every process computes the same level.
+LOOK_DRAWS = 100_000
+# Why Pocock's boundary (simulated 2026-12-07, the sweep's own rule over looks 5..12, 20,000 cells a row, trials
+# spread 4%): judged at 5% per look, 6.7% of A/A cells ended slower or faster (14.0% at an 8% spread); Bonferroni's
+# 5%/8 per look, 1.5% (2.3%), finding a planted 5% in 82% of cells; this level (1.5% per look), 3.1% (5.1%), finding
+# it in 91%. Heavy-tailed trials (Student's t, 3 df) only lower each rate. docs/comparing.md#looking-again.
+
+
+@functools.lru_cache(maxsize=None)
+def look_level(first: int, last: int, alpha: float) -> float:
+    """Pocock's boundary for Student's t: the per-look level at which a cell judged after `first`, `first` + 1, ...,
+    `last` trials has its interval exclude the true ratio at any look in `alpha` of Gaussian cells. The interval then
+    holds the truth at every look at once (a repeated confidence interval), so no rule for adding trials raises
+    its false alarms; only the draws where a look rejects count, so the level is the `alpha` quantile of each draw's
+    smallest p-value over the looks. Looks 5..12 (the default bench): 0.015."""
+    if last <= first:
+        return alpha
+    from scipy.special import stdtr  # as in paired_t
+
+    rng = np.random.default_rng(0)
+    total, squares, smallest = np.zeros(LOOK_DRAWS), np.zeros(LOOK_DRAWS), np.ones(LOOK_DRAWS)
+    for n in range(1, last + 1):
+        x = rng.standard_normal(LOOK_DRAWS)
+        total, squares = total + x, squares + x * x
+        if n >= first:
+            mean = total / n
+            se = np.sqrt((squares - n * mean * mean) / (n - 1) / n)
+            smallest = np.minimum(smallest, 2 * stdtr(n - 1, -np.abs(mean) / se))
+    return float(np.quantile(smallest, alpha))
+
+
+def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,
+             spread: float = 0.0) -> tuple[float, float, float, float]:
+    """(ratio, interval low, interval high, p) of B/A from trials' log ratios; nan where there are fewer than two.
+    `spread`: an SD the log ratios' own is raised to where it is smaller (`judge_pairs`' floors)."""
     x = np.asarray(log_ratios, dtype=float)
     d = float(x.mean()) if len(x) else 0.0
     if len(x) < 2:
         return math.exp(d), math.nan, math.nan, math.nan
-    se = float(x.std(ddof=1)) / math.sqrt(len(x))
-    if se == 0:  # identical pairs: the ratio is all there is
+    se = max(float(x.std(ddof=1)), spread) / math.sqrt(len(x))
+    if se == 0:  # identical trials: the ratio is all there is
         return math.exp(d), math.exp(d), math.exp(d), float(d == 0)
     from scipy.special import stdtr, stdtrit  # as in welch; Student's t itself, 100× faster than scipy.stats.t's
     half = float(stdtrit(len(x) - 1, 0.5 + confidence / 2)) * se
     return math.exp(d), math.exp(d - half), math.exp(d + half), float(2 * stdtr(len(x) - 1, -abs(d) / se))
 
 
-def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED_THRESHOLD,
-                alpha: float = ALPHA) -> list[PairedComparison]:
-    """A verdict per point from its pairs' log ratios (B/A), the points judged together (one BH family)."""
-    tests = [paired_t(x, 1 - alpha) for x in log_ratios]
+def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED_THRESHOLD, alpha: float = ALPHA,
+                looks: Looks = Looks(), floors: Sequence[float] = ()) -> list[PairedComparison]:
+    """A verdict per cell from its trials' log ratios (B/A), the cells measured in the same trials judged together
+    (one BH family), each at the level `looks` gives, its spread at least its `floors` entry (the trials' own
+    rounds' uncertainty: `Compared.floor`; none given, 0)."""
+    level, floors = looks.level(alpha), list(floors) or [0.0] * len(log_ratios)
+    tests = [paired_t(x, 1 - level, floor) for x, floor in zip(log_ratios, floors)]
     out = []
-    for x, (ratio, lo, hi, p), q in zip(log_ratios, tests, q_values([p for *_, p in tests])):
+    for x, floor, (ratio, lo, hi, p), q in zip(log_ratios, floors, tests, q_values([p for *_, p in tests])):
         inside = 1 - threshold <= lo and hi <= 1 + threshold
-        verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, alpha)
+        verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, level)
                    or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))
-        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x)))
+        spread = max(float(np.std(x, ddof=1)), floor) if len(x) > 1 else math.nan
+        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x), 1 - level if len(x) > 1 else math.nan,
+                                    spread))
     return out
 
 
@@ -178,6 +256,7 @@ class Evidence(Json):
     log_ratios: list[float]  # log(variant time / baseline time), one per trial
     verdict: str = ""  # the cell's, judged with the sweep's other cells
     set_aside: list[str] = field(default_factory=list)  # trials left out of the judgement, each with why
+    interval: list[float] = field(default_factory=list)  # the ratio's interval the verdict used (none: one trial)
 
 
 def geomean(cells: Sequence[Evidence], confidence: float = 0.95) -> tuple[float, float, float]:

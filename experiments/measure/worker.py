@@ -9,6 +9,7 @@ only the point in progress) and never talks to MLflow.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import socket
 import sys
@@ -189,6 +190,17 @@ def prepare(bench: Workbench, command: Command):
     return step, ready
 
 
+def shifted(layout: int) -> tuple[bytearray, mmap.mmap]:
+    """Memory taken before an op is built, sized by `layout`, so that its buffers land elsewhere: up to 64 KiB of
+    the heap (in 16-byte steps: the small and medium blocks after it move, and their place within a page) and up to
+    16 MiB of address space that is never touched (the large blocks mmap'd after it move by whole pages). A worker
+    forked by a fork server starts from the server's memory image, so without this its buffers land at the same
+    addresses in every trial, and that layout's luck is a bias its trials share: on a quiet 2-core machine the
+    workers of one of two fork servers of the same interpreter ran torch mlp_relu bs128 inference 6.4% apart from the
+    other's in every trial (2% at bs512, 6% at bs32); with a layout drawn per cell, 0.2-1.6% (docs/evidence.md)."""
+    return bytearray(16 * (layout % 4096)), mmap.mmap(-1, mmap.PAGESIZE * (1 + (layout // 4096) % 4096))
+
+
 def paired(bench: Workbench, ready: Ready) -> int:
     """Serve a paired request: answer `Ready` for each set-up served, then per command prepare an op of one set-up
     (`Prepared`; another cell's ops are freed first), time one `Burst` of it, or end. Between commands the worker
@@ -203,7 +215,7 @@ def paired(bench: Workbench, ready: Ready) -> int:
         sock.connect(bench.req.paired)
         commands = sock.makefile("rb")
         sock.sendall(b"".join(r.to_json().encode() + b"\n" for _, r in benches))
-        steps, cell = {}, None  # set-up -> (its Step, its Prepared), of the cell prepared last
+        steps, padding, cell = {}, {}, None  # set-up -> (its Step, its Prepared) and its padding, of the last cell
         for line in commands:
             command = Command.from_json(line)
             if command.do == "end":
@@ -212,9 +224,11 @@ def paired(bench: Workbench, ready: Ready) -> int:
             if len(benches) > 1:
                 mine.backend.configure(mine.req.setup)
             if command.do == "prepare":
-                if (command.batch_size, command.op) != cell:
-                    steps, cell = {}, (command.batch_size, command.op)  # the previous cell's models and state freed
+                if (command.batch_size, command.op) != cell:  # the previous cell's models, state and padding freed
+                    steps, padding, cell = {}, {}, (command.batch_size, command.op)
                 steps.pop(command.variant, None)  # and this set-up's op before it is built again
+                padding[command.variant] = None
+                padding[command.variant] = shifted(command.layout)  # held while the op is measured
                 steps[command.variant] = prepare(mine, command)
                 sock.sendall(steps[command.variant][1].to_json().encode() + b"\n")
                 continue

@@ -74,7 +74,7 @@ def sentences(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE) -> list[str]:
 @dataclass(frozen=True)
 class Overall:
     """One variant against its baseline over the cells of one op: the geometric-mean speedup and, paired, its 95%
-    interval and the cells' verdicts."""
+    interval and the cells' verdicts; and the cells' own speedups, whose directions it may hide."""
 
     variant: str
     baseline: str
@@ -84,19 +84,30 @@ class Overall:
     high: float
     paired: bool
     shown: bool  # every speedup in it between implementations shown to compute the same function
-    verdicts: dict[str, int]  # paired: cells per verdict
+    verdicts: dict[str, int]  # paired: cells per verdict; unpaired: cells per direction where it is sure
+    cells: tuple[float, ...] = ()  # each cell's speedup
+
+    @property
+    def mixed(self) -> bool:
+        """Whether its cells were judged to go both ways: some faster than the baseline, some slower."""
+        return self.verdicts.get("faster", 0) > 0 and self.verdicts.get("slower", 0) > 0
 
     def words(self) -> str:
-        """`1.21× slower [1.17, 1.25] (6 of 6 cells slower)`; unpaired: `1.18× slower (unpaired)`."""
+        """`1.21× slower [1.17, 1.25] (geometric mean of 6 cells: 6 slower)`; where the cells go both ways, `mixed:
+        1.64× slower to 22.0× faster (4 cells: 3 slower, 1 faster; geometric mean 1.65× faster [1.63, 1.67])`;
+        unpaired: `1.18× slower (unpaired, 4 cells: 3 slower, 1 within the noise, geometric mean)`."""
         word = ratio(self.speedup).removesuffix(" than").removesuffix(" as")
-        if not self.paired:
-            return f"{word} (unpaired)"
-        if self.low == self.low:
+        if self.paired and self.low == self.low:
             lo, hi = (self.low, self.high) if self.speedup >= 1 else (1 / self.high, 1 / self.low)
             word += f" [{lo:.2f}, {hi:.2f}]"
-        cells = sum(self.verdicts.values())
-        counts = ", ".join(f"{n} of {cells} cells {v}" for v, n in sorted(self.verdicts.items(), key=lambda x: -x[1]))
-        return f"{word} ({counts})"
+        n = len(self.cells) or sum(self.verdicts.values())
+        counts = ", ".join(f"{k} {v}" for v, k in sorted(self.verdicts.items(), key=lambda x: -x[1]))
+        cells = ("" if self.paired else "unpaired, ") + f"{n} cell{'s' if n != 1 else ''}" + (f": {counts}" if counts
+                                                                                               else "")
+        if self.mixed:
+            ends = [ratio(x).removesuffix(" than").removesuffix(" as") for x in (min(self.cells), max(self.cells))]
+            return f"mixed: {ends[0]} to {ends[1]} ({cells}; geometric mean {word})"
+        return f"{word} (geometric mean of {cells})" if self.paired else f"{word} ({cells}, geometric mean)"
 
 
 def shown_between(t: pd.DataFrame, variant: str, baseline: str) -> bool:
@@ -115,17 +126,19 @@ def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
         cells = [e for e in evidence if (e.variant, e.baseline, e.op) == (variant, base, op)]
         r, lo, hi = geomean(cells)
         verdicts = dict(Counter(e.verdict or "no verdict" for e in cells))
+        own = tuple(math.exp(-float(np.mean(e.log_ratios))) for e in cells)
         out.append(Overall(variant, base, op, 1 / r, 1 / hi, 1 / lo, True, shown_between(t, variant, base),
-                           verdicts))
+                           verdicts, own))
     s = speedups(t, baseline) if not t.empty else pd.DataFrame(columns=["variant", "paired"])
     known = {(o.variant, o.op) for o in out}
     for (variant, op), g in s[s["variant"] != baseline].groupby(["variant", "op"], sort=True):
         if (variant, op) in known:
             continue
         paired = bool(g["paired"].all())  # paired, its trials' evidence not at hand: no interval
-        verdicts = dict(Counter(g["verdict"].fillna("no verdict"))) if paired and "verdict" in g else {}
+        verdicts = dict(Counter(g["verdict"].fillna("no verdict"))) if paired and "verdict" in g else \
+            dict(Counter(np.where(~g["sure"], "within the noise", np.where(g["speedup"] > 1, "faster", "slower"))))
         out.append(Overall(variant, baseline, op, float(math.exp(g["speedup"].map(math.log).mean())), math.nan,
-                           math.nan, paired, bool(g["shown"].all()), verdicts))
+                           math.nan, paired, bool(g["shown"].all()), verdicts, tuple(g["speedup"])))
     return out
 
 
@@ -196,7 +209,8 @@ def environment_line(env: dict[str, str]) -> str:
 
 def headline(t: pd.DataFrame, baseline: str, evidence: Sequence[Evidence] = ()) -> str:
     """The answer in one plain line, numbers first: `jax-jit fp32 vs torch-eager fp32: inference 1.21× slower [1.17,
-    1.25] (6 of 6 cells slower), training ...`. The runs table's Description column shows a description's first 50
+    1.25] (geometric mean of 4 cells: 4 slower), training ...`; an op whose cells go both ways is `mixed`, with the
+    range of its cells (`Overall.words`). The runs table's Description column shows a description's first 50
     characters, raw (so no Markdown here); the run page shows it above the summary table."""
     means = overall(t, baseline, evidence)
     if not means:

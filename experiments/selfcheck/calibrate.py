@@ -15,36 +15,22 @@ then:
   1.0 (twice), 1.1, 1.2 and 1.5 times slower, measured interleaved (`--repeats` rounds, LeNet's batch sizes as its
   points): A/A on the two unslowed versions, detection of each slowdown.
 
-With --paired, the paired verdict (`nnbench ab`'s) beside the unpaired one, on a slowdown planted in the worker's
-timed step: nnbench-planted's network (`model=planted`, selfcheck/planted.py: a chain of 40 matmuls of 500 × 500,
-torch bs32 inference unless the overrides say otherwise) in four environments built offline, the first (1.0)
-against each other: 1.0.1 does the same work (A/A), 1.0.5 and 1.1 do 5% and 10% more matmuls in the same step. The
-installed version decides the work, so each worker measures its own environment's. All in this one run:
+With --paired, the paired verdicts' promise on this machine, at the bench preset's design (selfcheck/promise.py):
+`--repeats` rounds (default 2) of A/A sweeps on the README's cells and on torch mlp_relu inference, each with the
+sides both ways round, and of a planted 5% (nnbench-planted 1.0 against 1.0.5, two environments built offline); the
+A/A false alarms, the A/A interval holding 1, the position bias and the planted 5% found, each rate with its exact
+(Clopper-Pearson) 95% interval, and one line that says whether the machine meets the promise. The OVERRIDES are added
+to every sweep. Two rounds (64 A/A and 8 planted cells) take about 25 minutes on a quiet 2-core machine:
 
-- paired: `--repeats` whole comparisons of each (A/A, 5%, 10%), as `nnbench ab runtime.python=A,B` makes them
-  (`--pairs` pairs at first, up to twice as many while inconclusive, `--bursts` bursts of 20 ms per side per pair),
-  the three alternating;
-- unpaired: the four environments swept `--repeats` rounds (`repeat=0..`, the environments in turn within each),
-  each round's 1.0 against each other judged by Welch's t on the process medians, as --planted judges;
-- for each: A/A slower or faster, the planted 5% and 10% found (slower), the minimal detectable effect at >= 90%
-  found (synthetic: the A/A comparisons' second side scaled, its pairs' log ratios shifted), and the wall time per
-  judged point.
-
-The full calibration (24 paired comparisons of about 33 s, up to 80 s while inconclusive, and 32 points swept
-unpaired: 18 minutes on a quiet 2-core machine, well over an hour on a loaded one, where framework.threads=1 keeps
-torch's calls from stalling):
-
-    python -m experiments calibrate --paired --repeats 8
+    python -m experiments calibrate --paired
 
 Each rate comes with its exact (Clopper-Pearson) 95% binomial interval. Exit 1 when the A/A rate is below 95% (with
---paired: the paired A/A false alarms above 5%).
+--paired: when the promise is not met).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
-import math
 import itertools
 import sys
 import tempfile
@@ -53,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 from experiments.common.child import run_to_end
 from experiments.common.config import README_SWEEP, register
@@ -61,8 +46,7 @@ from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import positive
 from experiments.report import history
 from experiments.report.tables import POINT, tidy
-from experiments.harness import pairs
-from experiments.measure.verdict import Verdict, judge_pairs, process_medians, welch
+from experiments.measure.verdict import Verdict, process_medians, rate, welch
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 
@@ -119,14 +103,6 @@ def holds_one(pair: pd.DataFrame) -> int:
                for _, lo, hi, _ in [welch(*g.sort_values("position")["process_medians_s"])])
 
 
-def rate(k: int, n: int) -> str:
-    """k of n as a share with its exact 95% binomial interval."""
-    if n == 0:
-        return "no comparisons"
-    lo, hi = binomtest(k, n).proportion_ci(0.95)
-    return f"{k} of {n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
-
-
 def aa_ab(pairs: list[pd.DataFrame], factors=FACTORS, mde: bool = True) -> dict:
     """A/A (no change, the interval holding 1) and synthetic A/B (detection per factor, the MDE) over the pairs."""
     same = [found(p, (Verdict.SLOWER, Verdict.FASTER)) for p in pairs]
@@ -156,22 +132,17 @@ def lines(result: dict, what: str) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help=f"the sweep to repeat (default: {' '.join(README_SWEEP)})")
-    p.add_argument("--repeats", type=positive("--repeats", "18", int, least=2, strict=False), default=18,
-                   help="replicates of the sweep (default %(default)s: 9 A/A pairs, 108 comparisons for the README "
-                        "sweep's 12 points)")
+    p.add_argument("--repeats", type=positive("--repeats", "18", int, least=1, strict=False),
+                   help="replicates of the sweep (default 18: 9 A/A pairs, 108 comparisons for the README sweep's 12 "
+                        "points); with --paired, rounds of its sweeps (default 2)")
     p.add_argument("--sweep", metavar="RUN_ID|last", help="judge the replicates of this stored sweep (its parent run "
                                                           "id, or last: the newest) instead")
     p.add_argument("--uri", help="the store (default: a new one in a temporary directory)")
     p.add_argument("--planted", action="store_true",
                    help="also A/A and A/B for real, on nnbench-planted in five environments (built offline)")
     p.add_argument("--paired", action="store_true",
-                   help="the paired verdict beside the unpaired one: --repeats comparisons each of an A/A and a 5%% "
-                        "and 10%% slowdown, nnbench-planted's versions in four environments (built offline)")
-    p.add_argument("--pairs", type=positive("--pairs", "6", int, least=2, strict=False), default=pairs.TRIALS,
-                   help="with --paired: fresh pairs per comparison at first "
-                                                            "(up to twice as many; default %(default)s)")
-    p.add_argument("--bursts", type=positive("--bursts", "75", int), default=pairs.ROUNDS,
-                   help="with --paired: bursts per side per pair (default %(default)s)")
+                   help="the paired verdicts' promise instead: A/A false alarms, coverage and position bias on the "
+                        "README's cells and on torch mlp_relu, and a planted 5%% found (--repeats rounds, default 2)")
 
 
 def sweep(args: list[str], uri: str, workdir: Path) -> None:
@@ -203,6 +174,9 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
 def run(a: argparse.Namespace) -> int:
     if a.paired:
         return paired(a)
+    a.repeats = a.repeats or 18
+    if a.repeats < 2:
+        raise BadInput(f"--repeats {a.repeats} must be at least 2 (replicates pair up as A/A): e.g. --repeats 18")
     from experiments.sweep import commandline  # Hydra is slow to import: only to validate the overrides
 
     if a.sweep and a.overrides:
@@ -236,26 +210,11 @@ def run(a: argparse.Namespace) -> int:
     return OK if readme["n"] and readme["no_change"] >= AA_TARGET * readme["n"] else LOST
 
 
-def environments(workdir: Path, versions: dict[str, float]) -> list:
-    """nnbench-planted's versions (version: slowdown), one environment each, built offline from a local index."""
-    from experiments.harness import envs, installers  # packaging and the installers: only with --planted or --paired
-    from experiments.selfcheck import planted as plant
-
-    url = plant.index(plant.wheels(workdir / "wheels", versions), workdir / "index")
-    sources = envs.Sources(installers.Index(url), installers.installer(), workdir / "envs")
-    base = envs.packages()
-    try:
-        return [envs.get(s, sources, base)
-                for s in envs.parse([f"{plant.PROJECT}=={','.join(versions)}"])]
-    except envs.BuildError as e:
-        raise BadInput(f"the planted environments can't be built: {e}") from None
-
-
 def planted(workdir: Path, rounds: str) -> dict:
     """A/A and A/B on nnbench-planted for real: five environments measured interleaved in one sweep."""
     from experiments.selfcheck import planted as plant  # its runner's command: only with --planted
 
-    built = environments(workdir, PLANTED)
+    built = plant.environments(workdir, PLANTED)
     uri = f"sqlite:///{workdir}/planted/mlflow.db"
     sweep(["framework=external", "external.name=planted", f"external.command='{plant.COMMAND}'", "model=lenet",
            "ops=[inference,training]", rounds, "runtime.python=" + ",".join(f"'{e.python}'" for e in built)],
@@ -283,85 +242,15 @@ def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
     return result
 
 
-# The paired verdict's truth: nnbench-planted's network (model=planted, its slowdown inside the worker's timed step)
-# in four environments, the first against each other: 1.0.1 the same work (A/A), 1.0.5 and 1.1 5% and 10% more.
-PAIRED = {"1.0": 1.0, "1.0.1": 1.0, "1.0.5": 1.05, "1.1": 1.1}  # version: slowdown of its step
-PAIRED_POINT = ("model=planted", "framework=torch", "batch_size=32", "ops=[inference]")
-
-
 def paired(a: argparse.Namespace) -> int:
-    """The paired verdict's rates beside the unpaired verdict's, measured in this one run (the module's docstring)."""
-    from experiments.selfcheck import paired as probe  # Hydra's door at import: only with --paired
+    """The paired verdicts' promise, measured here (selfcheck/promise.py)."""
+    from experiments.selfcheck import promise  # the sweeps' reader: only with --paired
+    from experiments.sweep import commandline  # as in run
 
-    n = a.repeats
-    if n < 2 or a.pairs < 2 or a.bursts < 1 or a.sweep or a.planted:
-        raise BadInput(f"with --paired: --repeats and --pairs at least 2, --bursts at least 1 (got {n}, {a.pairs}, "
-                       f"{a.bursts}), and no --sweep or --planted: e.g. --paired --repeats 8 --pairs 6")
+    if a.sweep or a.planted:
+        raise BadInput("with --paired: no --sweep or --planted (it runs its own sweeps): e.g. --paired --repeats 2")
+    register()  # the sweep's door, before anything runs: a bad override is its one line
+    commandline.explained(["-m", *promise.TORCH_AA, *a.overrides])
     workdir = Path(tempfile.mkdtemp(prefix="nnbench-calibrate-"))
-    pythons = {v: str(e.python) for v, e in zip(PAIRED, environments(workdir, PAIRED))}
-    register(list(pythons.values()))  # model=planted: installed in those environments only
-    point = [*PAIRED_POINT, *a.overrides]
-    jobs = {v: probe.job([*point, f"runtime.python='{p}'"]) for v, p in pythons.items()}  # one point, checked
     uri = store_uri(a.uri) if a.uri else f"sqlite:///{workdir}/mlruns/mlflow.db"
-    t0 = time.perf_counter()
-    # the environments vary fastest (the last override), so that each round measures the four in turn
-    sweep([*point, f"repeat={','.join(map(str, range(n)))}",
-           "runtime.python=" + ",".join(f"'{p}'" for p in pythons.values())], uri, workdir)
-    unpaired = by_version(uri, PAIRED, mde=True)
-    unpaired_s = (time.perf_counter() - t0) / (n * len(PAIRED))  # per point measured
-    said = paired_comparisons(jobs, n, a.pairs, a.bursts, workdir / "pairs")
-    print("\n" + "\n".join(paired_table(unpaired, unpaired["detected"], unpaired_s, said, n)))
-    alarms = sum(v.verdict.changed for v, _ in said["A/A"])
-    return OK if alarms <= 0.05 * n else LOST
-
-
-def paired_comparisons(jobs: dict, n: int, first_pairs: int, bursts: int, out: Path) -> dict:
-    """`n` paired comparisons each of the first version against every other (A/A where the slowdown is the same),
-    alternating, as `nnbench ab runtime.python=A,B` makes them: (verdict, seconds) each."""
-    first, *others = PAIRED
-    cases = {("A/A" if PAIRED[v] == PAIRED[first] else PAIRED[v]): (first, v) for v in others}
-    design = pairs.Design(rounds=bursts, trials=first_pairs, max_trials=2 * first_pairs)
-    said: dict = {case: [] for case in cases}
-    for i in range(n):
-        for case, (va, vb) in cases.items():
-            t0 = time.perf_counter()
-            (c,) = pairs.compare(pairs.Side.of(jobs[va], va, out / f"cache-{va}"),
-                                 pairs.Side.of(jobs[vb], vb, out / f"cache-{vb}"), dataclasses.replace(design, seed=i),
-                                 judge_pairs, out / f"{va}-{vb}-{i}")
-            v = c.verdict
-            said[case].append((v, time.perf_counter() - t0, c.log_ratios))
-            print(f"  paired {case if case == 'A/A' else f'{case - 1:.0%} slower'} ({vb} vs {va}) {i + 1}/{n}: "
-                  f"B/A {v.ratio:.4f} [{v.ci_low:.4f}, {v.ci_high:.4f}] {v.verdict}, {v.pairs} pairs, "
-                  f"{said[case][-1][1]:.0f} s", flush=True)
-    return {case: [(v, t) for v, t, _ in got] for case, got in said.items()} | {
-        "aa_log_ratios": [lr for _, _, lr in said["A/A"]]}
-
-
-def paired_mde(log_ratios: list[list[float]]) -> float | None:
-    """The smallest slowdown found (slower) in >= 90% of the A/A comparisons with it planted synthetically: each
-    comparison's pair log ratios shifted by log(factor), judged as its pairs were."""
-    for f in MDE_GRID:
-        shifted = [judge_pairs([[x + math.log(f) for x in lr]])[0] for lr in log_ratios]
-        hits = sum(v.verdict == Verdict.SLOWER for v in shifted)
-        if hits >= DETECT * len(log_ratios):
-            return float(f)
-    return None
-
-
-def paired_table(unpaired_aa: dict, unpaired_found: dict[float, int], unpaired_s: float, said: dict,
-                 n: int) -> list[str]:
-    """The unpaired and the paired verdict side by side, each rate with its binomial interval."""
-    aa = [v for v, _ in said["A/A"]]
-    mde_u, mde_p = unpaired_aa["mde"], paired_mde(said["aa_log_ratios"])
-    walls = [t for case in (k for k in said if k != "aa_log_ratios") for _, t in said[case]]
-    rows = [("A/A: slower or faster", rate(unpaired_aa["n"] - unpaired_aa["no_change"], unpaired_aa["n"]),
-             rate(sum(v.verdict.changed for v in aa), n))]
-    rows += [(f"planted {f - 1:.0%} slower: found", rate(unpaired_found[f], n),
-              rate(sum(v.verdict == Verdict.SLOWER for v, _ in said[f]), n)) for f in unpaired_found]
-    rows.append((f"minimal detectable effect (found >= {DETECT:.0%}, synthetic from the A/A)",
-                 f"{mde_u - 1:.0%}" if mde_u else "none up to 100%",
-                 f"{mde_p - 1:.0%}" if mde_p else "none up to 100%"))
-    rows.append(("wall time per judged point", f"{unpaired_s:.0f} s per point measured (a comparison needs two)",
-                 f"median {np.median(walls):.0f} s, at most {max(walls):.0f} s"))
-    out = ["| check | unpaired (Welch on process medians) | paired (nnbench ab) |", "|---|---|---|"]
-    return out + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return OK if promise.calibrate(a.repeats or 2, a.overrides, workdir, uri) else LOST

@@ -188,3 +188,16 @@ def index(built: list[Path], root: Path) -> str:
     (root / "simple" / "index.html").write_text(
         f'<!DOCTYPE html><html><body><a href="{PROJECT}/">{PROJECT}</a></body></html>\n')
     return (root / "simple").resolve().as_uri()
+
+
+def environments(workdir: Path, versions: dict[str, float]) -> list:
+    """nnbench-planted's versions (version: slowdown), one environment each, built offline from a local index."""
+    from experiments.common.errors import BadInput  # the parent's: this module's top also serves the wheels' tests
+    from experiments.harness import envs, installers  # packaging and the installers: only where environments are made
+
+    url = index(wheels(workdir / "wheels", versions), workdir / "index")
+    sources = envs.Sources(installers.Index(url), installers.installer(), workdir / "envs")
+    try:
+        return [envs.get(s, sources, envs.packages()) for s in envs.parse([f"{PROJECT}=={','.join(versions)}"])]
+    except envs.BuildError as e:
+        raise BadInput(f"the planted environments can't be built: {e}") from None

@@ -137,6 +137,7 @@ class Group:
         c = jobs[0].config
         self.threshold, self.alpha, self.target = c.report.threshold, c.report.alpha, c.bench.target_ratio_ci
         self.plan = pairs.plan(self.sides, str(c.bench.paired_design))  # the Session's: which sides share a worker
+        self.looks = design(jobs[0]).looks  # a cell is judged after each of its trials from the first look on
 
     def pairs_on(self, c: pairs.Compared) -> list[tuple[int, int]]:
         """The (side, its base) compared on a cell: both measured it."""
@@ -145,14 +146,16 @@ class Group:
     def judged(self, compared: list[pairs.Compared]) -> dict[tuple[int, int], PairedComparison]:
         """Every side's comparison with its base on every cell, judged together: (side, cell) -> verdict."""
         keys = [(s, b, i) for i, c in enumerate(compared) for s, b in self.pairs_on(c)]
-        verdicts = judge_pairs([compared[i].log_ratios(s, b) for s, b, i in keys], self.threshold, self.alpha)
+        verdicts = judge_pairs([compared[i].log_ratios(s, b) for s, b, i in keys], self.threshold, self.alpha,
+                               self.looks, [compared[i].floor(s, b) for s, b, i in keys])
         return {(s, i): v for (s, _, i), v in zip(keys, verdicts)}
 
     def settled(self, compared: list[pairs.Compared]) -> list[bool]:
-        """A cell needs more trials while a comparison on it is inconclusive or wider than ±target_ratio_ci; not for
-        one whose side failed on it (that side sits the cell out: more trials can't settle it)."""
+        """A cell needs more trials while a comparison on it is inconclusive or measured less precisely than
+        ±target_ratio_ci (`PairedComparison.precision`); not for one whose side failed on it (that side sits the cell
+        out: more trials can't settle it)."""
         judged = self.judged(compared)
-        return [all(judged[(s, i)].conclusive and wide(judged[(s, i)]) <= self.target for s, b in self.pairs_on(c)
+        return [all(judged[(s, i)].conclusive and judged[(s, i)].precision <= self.target for s, b in self.pairs_on(c)
                     if not {s, b} & c.failed()) for i, c in enumerate(compared)]
 
     def keep(self, compared: list[pairs.Compared], interrupted: str | None = None) -> None:
@@ -198,7 +201,8 @@ class Group:
         trials = c.used(s, b)
         return Evidence(str(self.directory.parent), records.model_name(self.jobs[0]), c.cell.op, c.cell.batch_size,
                         self.names[s], self.names[b], [t.index for t in trials], [t.log_ratio(s, b) for t in trials],
-                        str(judged.verdict), [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)])
+                        str(judged.verdict), [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)],
+                        [judged.ci_low, judged.ci_high] if judged.ci_low == judged.ci_low else [])
 
 
 # Overrides a cell's repro leaves out: it sets the point itself, and a fixed sweep dir or parent would clash.
@@ -223,11 +227,7 @@ def bases(jobs: list[Job], report) -> list[int]:
         return [base] * len(jobs)
     flat = [flat_variant(j) for j in jobs]
     others = [tuple(v for k, v in f.items() if not along(k, report.along)) for f in flat]
-    out = []
-    for i, key in enumerate(others):
-        before = [j for j in range(i) if others[j] == key]
-        out.append(before[-1] if before else i)
-    return out
+    return [max((j for j in range(i) if others[j] == key), default=i) for i, key in enumerate(others)]
 
 
 def along(key: str, axis: str) -> bool:
@@ -243,11 +243,6 @@ PAIRED_WARMUP_S = 0.05
 def warm(side: pairs.Side) -> pairs.Side:
     budget = dataclasses.replace(side.request.budget, warmup_s=min(side.request.budget.warmup_s, PAIRED_WARMUP_S))
     return dataclasses.replace(side, request=dataclasses.replace(side.request, budget=budget))
-
-
-def wide(c: PairedComparison) -> float:
-    """The interval's half-width, as a fraction: ±4% for [0.96, 1.04] around 1."""
-    return math.sqrt(c.ci_high / c.ci_low) - 1 if c.ci_low == c.ci_low and c.ci_low > 0 else math.inf
 
 
 @dataclass

@@ -142,5 +142,7 @@ def tagged(job: Job, directory: Path) -> Job:
         tags["parity_reason"] = parity.reason[:1000]
     if parity.worst is not None:
         tags["parity_worst"] = f"{parity.worst:.3g} ({parity.where})"
+    if parity.batch is not None:
+        tags["parity_batch"] = str(parity.batch)
     flops = {f"{c.op}:{c.batch}": c.flops for c in (got.flops if got else []) if c.flops is not None}
     return dataclasses.replace(job, tags=tags, flops=flops)

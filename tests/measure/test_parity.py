@@ -156,6 +156,17 @@ def test_param_count(name, count):
         assert sum(v.size for k, v in spec.init(0).items() if not models.is_stat(k)) == count
 
 
+def test_a_sweep_compares_the_frameworks_at_a_batch_where_batchnorm_gradients_mean_something():
+    """The seed's mlp_batchnorm (its real sizes): at batch 2 its gradients through training-mode BatchNorm are
+    float32 noise and the two frameworks 'differ' by 0.81; a sweep of batch sizes 2 and 32 compares them at 8,
+    where they agree, and says so."""
+    assert [parity.check_batch(b) for b in ([2, 8, 32], [32, 128], [4096], [])] == [8, 32, 64, 8]
+    spec = models.load("mlp_batchnorm")
+    assert parity.check(spec, 0, 2).status == "failed"
+    checked = parity.prove(spec, [("training", 2), ("training", 32)]).parity
+    assert checked.status == "ok" and checked.batch == 8 and checked.worst < parity.TOLERANCE
+
+
 def test_load_errors_name_the_choices():
     with pytest.raises(ValueError, match="lenet.*matmul_chain.*mlp_relu"):
         models.load("mlp")

@@ -136,3 +136,24 @@ def test_an_op_records_the_devices_peak_memory_beside_the_hosts():
     r = worker.measure_op(bench, "inference", 2, threads=1)
     assert r.device == "tpu:0" and r.device_peak_mem_bytes == 3 << 20 and r.peak_mem_bytes >= 0
     assert r.metrics()["device_peak_mem_bytes"] == 3 << 20 and "peak_mem_bytes" in r.metrics()
+
+
+def test_a_paired_op_is_built_after_memory_sized_by_its_layout():
+    """A forked worker starts from its fork server's memory image: the layout the parent draws for each cell moves
+    the heap (16-byte steps) and the address space after it (whole pages), so that a large buffer made next (64 MiB:
+    above any threshold at which glibc would take it from the heap) lands elsewhere from one layout to another, and
+    in the same place for the same layout (in a fresh interpreter, as a worker is: this one's freed gaps would take
+    the buffer wherever they are)."""
+    import mmap
+
+    from experiments.measure.worker import shifted
+
+    heap, space = shifted(5 + 4096 * 7)
+    assert len(heap) == 80 and len(space) == 8 * mmap.PAGESIZE
+    assert [len(x) for x in shifted(0)] == [0, mmap.PAGESIZE]
+    probe = ("import numpy as np; from experiments.measure.worker import shifted\n"
+             "def landing(layout):\n    held = shifted(layout)\n    return np.empty(1 << 26, np.uint8).ctypes.data\n"
+             "print(landing(4096 * 100), landing(4096 * 900), landing(4096 * 100))")
+    a, b, again = map(int, subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                                          check=True).stdout.split())
+    assert a != b and a == again and abs(a - b) == 800 * mmap.PAGESIZE

@@ -53,8 +53,9 @@ def test_the_description_leads_with_the_answer_and_holds_the_table():
     note = answer.note(tables.tidy(runs), runs, "torch-eager fp32", "6 finished, 0 skipped, 0 failed",
                        ["report.md", "time_lenet_inference.png"])
     first, blank, header, *rest = note.splitlines()
-    assert first == "jax-jit fp32 vs torch-eager fp32: inference 1.10× faster (unpaired)"  # plain: the runs table
-    # shows its first 50 characters raw
+    # plain: the runs table shows its first 50 characters raw; 2× faster at bs2, 1.5× slower at bs128: mixed
+    assert first == ("jax-jit fp32 vs torch-eager fp32: inference mixed: 1.50× slower to 2.00× faster (unpaired, 3 "
+                     "cells: 1 faster, 1 within the noise, 1 slower; geometric mean 1.10× faster)")
     assert header.startswith("| model ") and "95% re-run interval" in header  # the table right under the headline
     assert "| lenet   | inference |       8 | jax-jit fp32     | 4 ms     | 3.08 ms – 5.2 ms" in note
     assert "(1.00×)" not in note and "UNSTABLE" in note and "2 UNSTABLE" in note  # both bs8 points
@@ -77,7 +78,8 @@ def test_a_speedup_between_frameworks_not_shown_to_compute_the_same_function_is_
     runs["tags.parity"] = ["ok" if r.startswith("torch") else "unchecked" for r in runs["run_id"]]
     t = tables.tidy(runs)
     note = answer.note(t, runs, "torch-eager fp32", "6 finished", [])
-    assert note.splitlines()[0] == "jax-jit fp32 vs torch-eager fp32: inference 1.10× faster (unpaired) †"
+    assert note.splitlines()[0].startswith("jax-jit fp32 vs torch-eager fp32: inference mixed: ")
+    assert note.splitlines()[0].endswith("geometric mean 1.10× faster) †")
     assert answer.sentences(t, "torch-eager fp32")[0].endswith("(1 of 3 within the noise) †")
     assert "| 2.00× †" in note and tables.UNSHOWN_LEGEND in note
     runs["tags.parity"] = "ok"
@@ -113,12 +115,29 @@ def test_a_paired_headline_gives_the_geometric_mean_its_interval_and_the_cells_v
     runs = paired_runs()
     t = tables.tidy(runs)
     line = answer.headline(t, BASE, evidence())
-    assert line == ("jax-jit fp32 vs torch-eager fp32: inference 1.45× slower [1.42, 1.47] (3 of 4 cells slower, "
-                    "1 of 4 cells no change); torch-compile fp32 vs torch-eager fp32: inference 1.25× faster "
-                    "(unpaired)")
+    assert line == ("jax-jit fp32 vs torch-eager fp32: inference 1.45× slower [1.42, 1.47] (geometric mean of 4 "
+                    "cells: 3 slower, 1 no change); torch-compile fp32 vs torch-eager fp32: inference 1.25× faster "
+                    "(unpaired, 4 cells: 4 faster, geometric mean)")
     (paired, unpaired) = answer.overall(t, BASE, evidence())
     assert paired.paired and paired.verdicts == {"slower": 3, "no change": 1} and paired.shown
     assert paired.low < paired.speedup < paired.high and not unpaired.paired and math.isnan(unpaired.low)
+
+
+def test_cells_that_go_both_ways_make_a_mixed_headline_with_their_range():
+    """Three cells 0.61-0.89× (slower) and one 22× (faster): their geometric mean reads 1.73× faster, against three
+    of the four; the headline says mixed, names the range of the cells, and gives the mean only beside the count."""
+    cells = [Evidence("lenet", "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
+                      [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+             for bs, speedup, verdict in ((2, 0.61, "slower"), (8, 0.75, "slower"), (32, 0.89, "slower"),
+                                          (128, 22.0, "faster"))]
+    t = tables.tidy(paired_runs())
+    (mixed, _) = answer.overall(t, BASE, cells)
+    assert mixed.mixed and mixed.speedup == pytest.approx(1.73, abs=0.01)
+    assert answer.headline(t, BASE, cells).startswith(
+        "jax-jit fp32 vs torch-eager fp32: inference mixed: 1.64× slower to 22.00× faster (4 cells: 3 slower, "
+        "1 faster; geometric mean 1.73× faster [")
+    (same_way, _) = answer.overall(t, BASE, evidence())
+    assert not same_way.mixed and same_way.words().endswith("(geometric mean of 4 cells: 3 slower, 1 no change)")
 
 
 def test_the_paired_answer_names_its_metrics_and_slower_cells_and_the_design():

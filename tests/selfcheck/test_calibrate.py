@@ -1,10 +1,17 @@
 """calibrate's A/A and A/B checks on series with a known truth: replicate pairs, planted slowdowns, the minimal
-detectable effect, and rates with their binomial interval."""
+detectable effect, and rates with their binomial interval; --paired's promise judged over cells whose answer is
+known, and the sweeps each of its rounds runs."""
+import math
+import os
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import pandas as pd
 
-from experiments.selfcheck import calibrate
+from experiments.measure.verdict import Evidence
+from experiments.selfcheck import calibrate, promise
 from tests.helpers import ROOT, nnbench
 
 
@@ -50,30 +57,47 @@ def test_rates_come_with_their_binomial_interval():
     assert calibrate.rate(0, 0) == "no comparisons"
 
 
-def test_the_paired_minimal_detectable_effect_is_the_smallest_shift_found_in_90_percent():
-    """A/A comparisons whose pairs' log ratios spread 2%: a planted shift of 1% is lost in it, one of 10% is found in
-    every comparison, and the MDE lies between; no spread at all makes the smallest step of the grid the MDE."""
-    rng = np.random.default_rng(3)
-    aa = [list(rng.normal(0, 0.02, 6)) for _ in range(20)]
-    mde = calibrate.paired_mde(aa)
-    assert mde is not None and 1.03 < mde <= 1.1  # beyond the 3% threshold, and well found by 10%
-    assert calibrate.paired_mde([[0.0] * 6] * 4) == 1.04  # the first step past the threshold
+def aa_cell(log_ratio: float, verdict: str = "no change", width: float = 0.02, bs: int = 32) -> Evidence:
+    ratio = math.exp(log_ratio)
+    return Evidence("g", "lenet", "inference", bs, "B", "A", [0, 1, 2, 3, 4], [log_ratio] * 5, verdict,
+                    interval=[ratio / (1 + width), ratio * (1 + width)])
 
 
-def test_the_paired_table_puts_both_verdicts_side_by_side():
-    from experiments.measure.verdict import PairedComparison, Verdict
+def run_of(case: str, cells: list[Evidence], aa: bool = True) -> promise.Run:
+    return promise.Run(promise.Case(case, (), aa), cells, "machine check: quiet: ...", [0.02, 0.1], 60.0)
 
-    def said(verdict, ratio):
-        return PairedComparison(ratio, ratio * 0.99, ratio * 1.01, 0.01, 0.01, verdict, 6), 80.0
 
-    paired = {"A/A": [said(Verdict.SAME, 1.0), said(Verdict.FASTER, 0.95)],
-              1.05: [said(Verdict.SLOWER, 1.05)] * 2, 1.10: [said(Verdict.SLOWER, 1.1)] * 2,
-              "aa_log_ratios": [[0.0] * 6] * 2}
-    unpaired = {"n": 2, "no_change": 2, "interval_holds_1": 2, "detected": {}, "mde": 1.61}
-    text = "\n".join(calibrate.paired_table(unpaired, {1.05: 0, 1.10: 1}, 12.0, paired, 2))
-    assert "| A/A: slower or faster | 0 of 2 = 0.0% [0.0%, 84.2%] | 1 of 2 = 50.0% [1.3%, 98.7%] |" in text
-    assert "| planted 5% slower: found | 0 of 2 = 0.0% [0.0%, 84.2%] | 2 of 2 = 100.0% [15.8%, 100.0%] |" in text
-    assert "| 61% | 4% |" in text and "median 80 s" in text
+def test_the_promise_is_judged_over_every_cell_each_rate_with_its_interval():
+    """40 A/A cells each way round, one of 80 called faster and two whose interval misses 1; the mean log ratio
+    +0.1% one way and -0.1% the other; 9 of 10 planted cells found: the promise holds. A bias of 1% the second side
+    faster, whichever order, breaks it, and says so."""
+    ab = [aa_cell(0.001 * (-1) ** i) for i in range(39)] + [aa_cell(-0.04, "faster")]
+    ba = [aa_cell(-0.001 * (-1) ** i) for i in range(38)] + [aa_cell(0.03, width=0.01)] * 2
+    planted = [aa_cell(0.05, "slower")] * 9 + [aa_cell(0.02, "inconclusive")]
+    runs = [run_of("A/A README cells (A,B)", ab), run_of("A/A README cells (B,A)", ba),
+            run_of("planted 5%", planted, aa=False)]
+    lines, met = promise.verdicts(runs)
+    assert met and lines[-1] == "this machine meets the paired verdicts' promise over 80 A/A and 10 planted cells"
+    assert lines[0] == "A/A slower or faster: 1 of 80 = 1.2% [0.0%, 6.8%] (promise: at most 5%)"
+    assert lines[1].startswith("A/A interval holding 1: 77 of 80 = 96.2% [")  # the faster one misses it too
+    assert lines[2].startswith("A/A mean log ratio, second side over first, A,B: -0.10% ± ")
+    assert lines[4].startswith("planted 5% found slower: 9 of 10 = 90.0% [55.5%, 99.7%]")
+    biased = [run_of(f"A/A torch ({order})", [aa_cell(-0.01 + 0.001 * (-1) ** i) for i in range(20)])
+              for order in ("A,B", "B,A")] + runs[2:]
+    lines, met = promise.verdicts(biased)
+    assert not met and "-1.00%" in lines[2] and "-1.00%" in lines[3] and "does not meet" in lines[-1]
+
+
+def test_each_round_measures_both_a_a_orders_and_the_planted_five_percent(tmp_path):
+    a, b = promise.names(tmp_path)
+    assert Path(a).read_text() == f'#!/bin/sh\nexec {sys.executable} "$@"\n' and os.access(b, os.X_OK)
+    cases = promise.cases(a, b, ("/e/1.0/python", "/e/1.0.5/python"), ["bench.rounds=10"])
+    assert [c.name for c in cases] == ["A/A README cells (A,B)", "A/A README cells (B,A)", "A/A torch mlp_relu (A,B)",
+                                       "A/A torch mlp_relu (B,A)", "planted 5%"]
+    assert [c.aa for c in cases] == [True] * 4 + [False]
+    assert cases[1].overrides[:3] == (f"runtime.python={b},{a}", "framework=jax,torch", "model=lenet")
+    assert cases[4].overrides[0] == "runtime.python=/e/1.0/python,/e/1.0.5/python"
+    assert all(c.overrides[-2:] == ("bench.rounds=10", "report.along=runtime.python") for c in cases)
 
 
 def calibrate_says(*argv: str):
@@ -85,40 +109,5 @@ def test_paired_bad_input_is_one_line_before_anything_is_built():
     code, err = calibrate_says("--paired", "--repeats", "2", "--sweep", "last")
     assert code == 2 and len(err) == 1 and err[0].startswith("nnbench calibrate: error: with --paired: "), err
     assert "no --sweep or --planted" in err[0]
-
-
-@pytest.mark.slow
-def test_paired_overrides_must_make_one_point():
-    """The overrides go to the planted point in every environment: two batch sizes are one line, exit 2."""
-    code, err = calibrate_says("--paired", "--repeats", "2", "batch_size=8,32")
-    assert code == 2 and len(err) == 1 and "give one point" in err[0], err
-
-
-def test_paired_comparisons_go_through_the_two_sided_engine(monkeypatch, tmp_path):
-    """calibrate --paired compares the first planted version with each other one through `pairs.compare` (two
-    sides), `n` times, with its flags' design and a seed per round; each case keeps what the engine's judge said.
-    (The trials stand in: every round of a trial reads B/A as the versions' slowdowns say.)"""
-    from experiments.common.protocol import Burst, Prepared
-    from experiments.harness import pairs
-
-    def trial(index: int, b_over_a: float) -> pairs.Trial:
-        return pairs.Trial(index, [pairs.Turn(prepared=Prepared("ok"), bursts=[Burst([t] * 5) for _ in range(3)])
-                                   for t in (1e-3, 1e-3 * b_over_a)])
-
-    asked = []
-
-    def compare(a, b, design, judge, directory, on_trial=None):
-        asked.append((a, b, design))
-        c = pairs.Compared(pairs.Cell(32, "inference"), [trial(k, calibrate.PAIRED[b] / calibrate.PAIRED[a])
-                                                         for k in range(design.trials)])
-        return [pairs.Judged(c, judge([c.log_ratios(1, 0)])[0])]
-
-    monkeypatch.setattr(pairs, "compare", compare)
-    monkeypatch.setattr(pairs.Side, "of", classmethod(lambda cls, job, label, cache=None: label))
-    said = calibrate.paired_comparisons(dict.fromkeys(calibrate.PAIRED), 2, 3, 5, tmp_path)
-    assert [(a, b) for a, b, _ in asked] == [("1.0", "1.0.1"), ("1.0", "1.0.5"), ("1.0", "1.1")] * 2
-    assert {(d.trials, d.max_trials, d.rounds) for *_, d in asked} == {(3, 6, 5)}
-    assert [d.seed for *_, d in asked] == [0, 0, 0, 1, 1, 1]
-    assert [str(v.verdict) for v, _ in said["A/A"]] == ["no change"] * 2 and said["aa_log_ratios"] == [[0.0] * 3] * 2
-    assert [str(v.verdict) for v, _ in said[1.05] + said[1.1]] == ["slower"] * 4
-    assert said[1.1][0][0].ratio == pytest.approx(1.1) and said[1.1][0][0].pairs == 3
+    code, err = calibrate_says("--paired", "bench.rounds=0")
+    assert code == 2 and len(err) == 1 and "bench.rounds" in err[0], err

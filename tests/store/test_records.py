@@ -186,9 +186,10 @@ def test_a_profile_adds_metrics_tags_and_files_and_changes_nothing(tmp_path):
 def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
     """torch-compile against torch-eager, paired: the tags say how it was compared (design, its label, its baseline,
     each op's verdict, what else differs) and the metrics each op's speedup (the baseline's time over its own) with
-    its interval, p, q and trials; an op with one trial has no interval; the baseline's own points say so."""
+    its interval, p, q, trials, the interval's level and the spread it used; an op with one trial has no interval;
+    the baseline's own points say so."""
     reading = read(POINT, processes(1.00e-3, 1.02e-3, 0.99e-3))
-    slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5)
+    slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5, 0.985, 0.03)
     once = PairedComparison(0.8, float("nan"), float("nan"), float("nan"), float("nan"), Verdict.UNKNOWN, 1)
     paired = Paired("torch-compile fp32", "torch-eager fp32", {"inference": slower, "training": once},
                     ("threads 1 vs 2", "layout channels_last vs contiguous"), design="in-process")
@@ -202,6 +203,7 @@ def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
     assert {k: v for k, v in rec.metrics.items() if "speedup" in k} == pytest.approx({
         "inference_speedup": 1 / 1.6, "inference_speedup_ci95_low": 1 / 1.7, "inference_speedup_ci95_high": 1 / 1.5,
         "inference_speedup_p_value": 0.001, "inference_speedup_q_value": 0.004, "inference_speedup_trials": 5.0,
+        "inference_speedup_look_level": 0.985, "inference_speedup_spread": 0.03,
         "training_speedup": 1.25, "training_speedup_trials": 1.0})
     assert {f"inference_{m}" for m in PAIRED} <= set(rec.metrics)
     rec.save(tmp_path / "point")

@@ -44,8 +44,8 @@ def test_parity_runs_once_per_sweep_and_every_point_records_it(make_cfg, nets, t
     assert len(asked) == 1 and len(list((tmp_path / proof.PROOFS).glob("*.json"))) == 1  # the second job: cached
     count = str(32 * 16 + 16 + 16 * 10 + 10)
     for j in (jax_job, torch_job):
-        assert j.tags | {"parity_worst": "-"} == {
-            "parity": "ok", "parity_worst": "-", "flops_source": "torch", "param_count_jax": count,
+        assert j.tags | {"parity_worst": "-"} == {  # compared at 8: the sweep's batch sizes 2 and 8, at least 8
+            "parity": "ok", "parity_worst": "-", "parity_batch": "8", "flops_source": "torch", "param_count_jax": count,
             "param_count_torch": count, "param_counts_differ": "false", "model_source": f"file {nets / 'mlp.py'}",
             "model_source_version": models.load("file", path=str(nets / "mlp.py")).source.version}
         assert j.flops == {"inference:2": 2 * 2 * (32 * 16 + 16 * 10), "inference:8": 2 * 8 * (32 * 16 + 16 * 10),

@@ -269,8 +269,9 @@ def test_two_trials_give_each_speedup_its_interval_and_verdict(tmp_path, fake_py
     (parent,) = runs(uri, parents=True)["run_id"]
     p = MlflowClient(uri).get_run(parent).data
     interval = r"[12]\.\d\d× faster \[[12]\.\d\d, [12]\.\d\d\]"  # 2× faster, as the metrics below say
-    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {interval} \\(4 of 4 cells faster\\) †, "
-                        f"training {interval} \\(2 of 2 cells faster\\) †", p.tags["nnbench.headline"])
+    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {interval} \\(geometric mean of 4 cells: 4 "
+                        f"faster\\) †, training {interval} \\(geometric mean of 2 cells: 2 faster\\) †",
+                        p.tags["nnbench.headline"])
     for op in ("inference", "training"):
         low, mean, high = (p.metrics[SPEEDUP.format(op=op) + k] for k in ("_ci95_low", "", "_ci95_high"))
         assert 1.8 < low <= mean <= high < 2.2  # to 4 digits
@@ -301,7 +302,8 @@ def test_unpaired_sweep_measures_each_job_on_its_own(tmp_path, fake_python):
     assert set(df["tags.parity"]) == {"unchecked"} and set(df["tags.flops_source"]) == {"dsl"}  # as a paired job's
     assert set(df["metrics.inference_median_s"]) == {8e-4} and "metrics.inference_speedup" not in df
     headline = MlflowClient(uri).get_run(runs(uri, parents=True)["run_id"].iloc[0]).data.tags["nnbench.headline"]
-    assert headline == "jax-jit fp32 vs torch-eager fp32: inference as fast (unpaired) †"
+    assert headline == ("jax-jit fp32 vs torch-eager fp32: inference as fast (unpaired, 1 cell: 1 within the noise, "
+                        "geometric mean) †")
 
 
 @pytest.mark.slow
