@@ -87,7 +87,7 @@ def run_cell(workers: Workers, cell: Cell, design: Design, index: int, rng: np.r
     for i in (int(i) for i in rng.permutation(len(live)) if i not in skip):
         live[i].cont() if turns else None
         trial.turns[i].layout = int(rng.integers(LAYOUTS))
-        trial.turns[i].prepared = live[i].prepare(cell, trial.turns[i].layout)
+        trial.turns[i].prepared = live[i].prepare(cell, layout=trial.turns[i].layout)
         live[i].stop() if turns else None
         trial.preparation += letter(i)
     ok = [i for i, t in enumerate(trial.turns) if t.prepared is not None and t.prepared.status == "ok"]
