@@ -74,7 +74,7 @@ class Side:
         `peaks`: the sweep's cache of calibrated peaks."""
         c = job.config
         return cls(label, job.request(peaks), job.python, manager.environ(str(c.runtime.allocator), cache),
-                   str(c.runtime.start), c.bench.timeout_s)
+                   job.start, c.bench.timeout_s)
 
 
 @dataclass(frozen=True)

@@ -82,12 +82,12 @@ def lacks(job: Job) -> str | None:
 
 def measurer(job: Job, job_dir: Path, cache: Path | None) -> tuple[Callable, manager.ForkServer | None]:
     """How the job's workers are run: a runner in any language in their place, or nnbench's own, forked by the job's
-    fork server (runtime.start=fork, when it can start) or spawned; and that server."""
+    fork server (`Job.start`: runtime.start=fork, on the CPU, when it can start) or spawned; and that server."""
     c = job.config
     if c.framework.name == EXTERNAL:
         return partial(external.run, runner=external.Runner(c.external.command, c.external.name, job.python)), None
     server = None
-    if c.runtime.start == "fork":
+    if job.start == "fork":
         try:
             environ = manager.environ(str(c.runtime.allocator), cache)
             server = manager.fork_server(job.python, str(c.framework.name), environ, job_dir / "server.log")

@@ -53,3 +53,16 @@ def test_an_nvidia_node_is_a_gpu_and_nothing_is_a_cpu_machine(tmp_path):
 def test_a_preset_takes_its_accelerator_size_on_a_tpu_too(monkeypatch, device, machine_has, size):
     monkeypatch.setattr(devices, "present", lambda root=None: machine_has)
     assert config.size_for_device(device, 64, 32) == size
+
+
+@pytest.mark.parametrize("device, probed, start", [("cpu", None, "fork"), ("auto", "cpu", "fork"),
+                                                   ("auto", "tpu:0", "spawn"), ("gpu", None, "spawn"),
+                                                   ("tpu", "tpu:0", "spawn")])
+def test_workers_that_hold_an_accelerator_are_spawned_never_forked(device, probed, start):
+    """A fork server's framework has started threads by the time it forks, which on a TPU hung XLA's compiler in the
+    forked worker: there, and on a GPU, `runtime.start=fork` spawns."""
+    from experiments.common.job import Job
+    from tests.helpers import config as composed
+
+    job = Job(composed("framework=jax", f"device={device}", "runtime.start=fork"), None, (), device=probed)
+    assert job.start == start
