@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common.config import ROOT
+from experiments.common.frameworks import traits
 from experiments.common.protocol import Export, Setup
 from experiments.compare.paired import CellVerdict
 from experiments.harness import manager
@@ -32,8 +33,6 @@ ENVIRONMENT = (("Python", "python_version"), ("platform", "platform"), ("CPU", "
                ("precision", "precision_policy"), ("XLA_FLAGS", "xla_flags"), ("allocator", "allocator"))
 # The environment's own tags: what it is, not a variable of it.
 SPEC_TAGS = ("env_spec", "env_changes", "env_packages", "env_fingerprint")
-# The packages a framework's script needs, beside the framework (jax.export's deserialization needs flatbuffers).
-FRAMEWORK = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flatbuffers")}
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ def side_config(s: Side, r: CellVerdict) -> dict:
     """What the script needs of a side: its exported program, op and set-up."""
     fw = s.record.config["framework"]
     return {"label": s.label, "framework": s.framework, "file": next(iter(s.files), ""), "op": r.op,
-            "compile": bool(fw["compile"]) and s.framework == "torch", "threads": fw["threads"]}
+            "compile": bool(fw["compile"]) and traits(s.framework).script_compiles, "threads": fw["threads"]}
 
 
 def rehearsed(folder: Path, a: Side, b: Side) -> str:
@@ -177,7 +176,7 @@ def standalone(a: Side, b: Side, printed: str) -> list[str]:
         return [f"The step could not be exported: {a.failed or b.failed}."]
     frameworks = sorted({a.framework, b.framework})
     venv_a, venv_b = (" ".join(f"{n}=={v.split('+')[0]}" if (v := s.record.tags.get(f"{n}_version")) else n
-                               for fw in frameworks for n in FRAMEWORK[fw]) for s in (a, b))
+                               for fw in frameworks for n in traits(fw).script) for s in (a, b))
     out = ["`repro.py` (beside this file) loads each side's step as nnbench measured it, exported in its own "
            f"environment ({', '.join(a.files + b.files)}: the network, its weights and its batch), runs each side in "
            "a process of its own and times them taking turns with `time.perf_counter`, then prints each side's "
