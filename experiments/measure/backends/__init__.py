@@ -119,8 +119,9 @@ def validate_side(spec: Any, framework: str) -> None:
     t = traits(framework)
     if isinstance(spec, Network) and t not in (there := declared(spec)):
         others = " and ".join(o.name for o in there) or "no framework"
-        raise Unsupported(f"{spec.name} declares no {t.module or 'builder for ' + t.name} ({t.builder or t.name}=...): "
-                          f"only {others} measures it")
+        missing = f"declares no {t.module} ({t.builder}=...)" if t.builder else f"is a network the {t.name} backend " \
+            "can't build"
+        raise Unsupported(f"{spec.name} {missing}: only {others} measures it")
 
 
 NAMES = {"tpu": "TPU", "gpu": "GPU", "cpu": "CPU"}  # a platform as people write it
