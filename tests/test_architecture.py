@@ -149,10 +149,8 @@ def test_no_code_outside_the_backends_tells_frameworks_apart_by_name():
     from experiments.common.config import backends  # the names, as the sweep finds them
 
     names, backends_dir = set(backends()), ROOT / "experiments" / "measure" / "backends"
-    # The standalone script a draft ships (compare/standalone.py) still holds each framework's loader.
-    known = {ROOT / "experiments" / "compare" / "standalone.py"}
     found = [f"{path.relative_to(ROOT)}:{line}" for part in ("experiments", "models")
-             for path in sorted((ROOT / part).rglob("*.py")) if backends_dir not in path.parents and path not in known
+             for path in sorted((ROOT / part).rglob("*.py")) if backends_dir not in path.parents
              for line in framework_literals(ast.parse(path.read_text()), names)]
     assert not found, "\n".join(found)
     caught = framework_literals(ast.parse('a == "jax"\nb in ("x", "torch")\n{"jax": 1}\nc["torch"]\n("jax", "torch")'),

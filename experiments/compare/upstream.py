@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.common.config import ROOT
+from experiments.common.config import BACKENDS, ROOT
 from experiments.common.frameworks import traits
 from experiments.common.protocol import Export, Setup
 from experiments.compare.paired import CellVerdict
@@ -22,7 +21,8 @@ from experiments.harness.envs import Manifest, clean_environ
 from experiments.measure.verdict import Verdict
 from experiments.store.records import META, Record
 
-SCRIPT = Path(__file__).with_name("standalone.py")
+SCRIPT = Path(__file__).with_name("standalone.py")  # the script's driver; each side's loader comes from its backend
+LOADERS = "# the loaders of the sides' frameworks go here\n"  # where in the driver they are written
 # What the draft shows of each side's environment, from what the workers record (measure.environment and the
 # backends' `environment`, allow-listed: no other variable): its name in the draft, the tag.
 ENVIRONMENT = (("Python", "python_version"), ("platform", "platform"), ("CPU", "cpu_model"),
@@ -62,13 +62,20 @@ def drafts(rows: list[CellVerdict], sweep: Path, out: Path, command: str) -> lis
         folder = out / re.sub(r"[^A-Za-z0-9.=-]+", "-", f"{r.model}-{r.op}-bs{r.batch_size}-{label}")
         folder.mkdir(parents=True, exist_ok=True)
         a, b = exported(ra, r, folder / "a"), exported(rb, r, folder / "b")
-        shutil.copyfile(SCRIPT, folder / "repro.py")
+        (folder / "repro.py").write_text(script([a.framework, b.framework]))
         (folder / "repro.json").write_text(json.dumps({"sides": {"a": side_config(a, r), "b": side_config(b, r)}},
                                                       indent=1))
         printed = rehearsed(folder, a, b)
         (folder / "draft.md").write_text(draft(r, a, b, command, printed))
         written.append(folder / "draft.md")
     return written
+
+
+def script(frameworks: list[str]) -> str:
+    """repro.py: the driver with the loader of each framework named (`backends/<name>_script.py`), one file that
+    needs the framework alone."""
+    loaders = "\n\n".join((BACKENDS / f"{fw}_script.py").read_text() for fw in sorted(set(frameworks)))
+    return SCRIPT.read_text().replace(LOADERS, loaders)
 
 
 def written(paths: list[Path], out: Path) -> None:
