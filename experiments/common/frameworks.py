@@ -3,8 +3,9 @@
 A backend is `measure/backends/<name>_backend.py` (the heavy `Backend`, imported only by its own worker) beside
 `measure/backends/<name>_traits.py`, whose `TRAITS` is read here: its mode's name, how its threads are set, what its
 fork server preloads, its packages, its compile caches, its default set-up, the `models.Network` field it builds.
-A descriptor imports only this module and the standard library (tests/test_architecture.py), so the parent reads it
-without the framework; code outside the backends asks a `Traits`, never compares a framework's name.
+A descriptor imports only this module, `common.protocol` and the standard library (tests/common/test_frameworks.py),
+so the parent reads it without the framework; code outside the backends asks a `Traits`, never compares a
+framework's name (tests/test_architecture.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from experiments.common.config import OPS
 from experiments.common.devices import Present
-from experiments.common.frameworks import declared, traits
+from experiments.common.frameworks import declared, names, traits
 from experiments.common.protocol import Setup
 from models import Network
 
@@ -115,9 +115,11 @@ def validate_op(spec: Any, op: str) -> None:
 
 
 def validate_side(spec: Any, framework: str) -> None:
-    """A user's network measures only in the frameworks it declares a builder for."""
+    """A user's network measures only in the frameworks it declares a builder for (a runner takes it by name)."""
+    if not isinstance(spec, Network) or framework not in names():
+        return
     t = traits(framework)
-    if isinstance(spec, Network) and t not in (there := declared(spec)):
+    if t not in (there := declared(spec)):
         others = " and ".join(o.name for o in there) or "no framework"
         missing = f"declares no {t.module} ({t.builder}=...)" if t.builder else f"is a network the {t.name} backend " \
             "can't build"
