@@ -83,15 +83,15 @@ def check_weights(net: Network, torch_shapes: dict, torch_trainable: set[str], f
 
 
 def checked(net: Network) -> Network:
-    """The network with its trainable parameter count per side; raises ValueError (one line, with the fix) on a
-    builder that fails or a weight map that names what isn't there."""
+    """The network with its trainable parameter count per builder (its field: torch, flax); raises ValueError (one
+    line, with the fix) on a builder that fails or a weight map that names what isn't there."""
     params: dict[str, int] = {}
     if net.torch is not None:
         torch_shapes, trainable = torch_side(net)
-        params["torch"] = sum(math.prod(torch_shapes[k]) for k in trainable)
+        params.update(torch=sum(math.prod(torch_shapes[k]) for k in trainable))
     if net.flax is not None:
         flax_shapes, flax_params = flax_side(net)
-        params["jax"] = sum(math.prod(flax_shapes[k]) for k in flax_params)
+        params.update(flax=sum(math.prod(flax_shapes[k]) for k in flax_params))
     if net.weights is not None:
         if len(params) < 2:
             raise ValueError(f"{net.name}: a weight map needs both torch= and flax= (it maps one to the other)")

@@ -99,10 +99,7 @@ class Network(Model):
     weights: Mapping[str, Entry] | None = field(default=None, hash=False)
     flops: Callable[[str, int], int] | None = None
     source: Source | None = None  # set by `load`
-    params: dict[str, int] = field(default_factory=dict, hash=False)  # trainable parameters per side, set by `load`
-
-    def builder(self, framework: str) -> Callable[[], Any] | None:
-        return {"torch": self.torch, "jax": self.flax}[framework]
+    params: dict[str, int] = field(default_factory=dict, hash=False)  # trainable parameters per builder, set by `load`
 
     def param_count(self) -> int:
         """The torch side's count where there is one, else the Flax side's (`params` has both)."""

@@ -118,3 +118,41 @@ def test_the_job_adds_no_default_of_its_own():
     gets = [n.lineno for n in ast.walk(ast.parse(source))
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"]
     assert not gets, f"experiments/common/job.py calls .get( at lines {gets}"
+
+
+def framework_literals(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that compare a framework's name or index a table by one: `x == "jax"`, `x in ("jax", "torch")`,
+    `{"jax": ...}`, `t["torch"]`, `("jax", "torch")` (a list of frameworks)."""
+    def named(node) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    def listed(node) -> bool:
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(map(named, node.elts))
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            pairs = zip(node.ops, node.comparators)
+            if any(isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (named(node.left) or named(right))
+                   or isinstance(op, (ast.In, ast.NotIn)) and listed(right) for op, right in pairs):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Dict) and any(named(k) for k in node.keys if k is not None) \
+                or isinstance(node, ast.Subscript) and named(node.slice) \
+                or listed(node) and sum(map(named, node.elts)) > 1:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_code_outside_the_backends_tells_frameworks_apart_by_name():
+    """What differs between frameworks is a backend's `Traits` (experiments/common/frameworks.py): a framework is its
+    backend's files and its conf, and no other module compares its name or keys a table by it."""
+    from experiments.common.config import backends  # the names, as the sweep finds them
+
+    names, backends_dir = set(backends()), ROOT / "experiments" / "measure" / "backends"
+    found = [f"{path.relative_to(ROOT)}:{line}" for part in ("experiments", "models")
+             for path in sorted((ROOT / part).rglob("*.py")) if backends_dir not in path.parents
+             for line in framework_literals(ast.parse(path.read_text()), names)]
+    assert not found, "\n".join(found)
+    caught = framework_literals(ast.parse('a == "jax"\nb in ("x", "torch")\n{"jax": 1}\nc["torch"]\n("jax", "torch")'),
+                                {"jax", "torch"})
+    assert caught == [1, 2, 3, 4, 5]

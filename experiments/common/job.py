@@ -12,6 +12,7 @@ from pathlib import Path
 
 from experiments.common.config import EXTERNAL, Config
 from experiments.common.devices import platform
+from experiments.common.frameworks import traits
 from experiments.common.protocol import Budget, Point, Request, Setup
 from models import Model
 
@@ -36,12 +37,12 @@ class Job:
 
     @property
     def mode(self) -> str:
-        """How the framework ran: jax-jit, jax-eager, torch-eager, torch-compile (`compile` unless jax's `jit`), then
+        """How the framework ran: jax-jit, jax-eager, torch-eager, torch-compile (its `Traits.mode`), then
         `-cg` for CUDA graphs (compile_mode=reduce-overhead) and `-cl` for channels_last; an external runner's name."""
         fw = self.config.framework
         if fw.name == EXTERNAL:
             return self.config.external.name
-        out = f"{fw.name}-" + (("jit" if fw.name == "jax" else "compile") if fw.compile else "eager")
+        out = traits(str(fw.name)).mode(fw.compile)
         out += "-cg" if fw.compile_mode == "reduce-overhead" else ""
         return out + ("-cl" if fw.memory_format == "channels_last" else "")
 

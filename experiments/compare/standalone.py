@@ -6,11 +6,12 @@ from jax.export, with their arguments in `a.npz`, `b.npz`). Each side runs in a 
 `--python-a` and `--python-b` (default: this interpreter; give two where the framework's version is what differs),
 warmed up; then the sides take turns in bursts of about --burst-ms while the other waits in a read, so that the
 machine's drift hits both alike. It prints each side's median step time and the ratio B/A (above 1: B is slower).
-It imports only the framework and the standard library.
+It imports only the framework and the standard library. Each framework's loader, `<name>_step(path, op, compiled,
+threads)`, comes from its backend (experiments/measure/backends/<name>_script.py) and is written into this file
+above its `main` (compare/upstream.py `script`).
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -20,63 +21,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def torch_step(path: Path, op: str, compiled: bool):
-    import torch  # the framework: only in the side's process
-
-    program = torch.export.load(path)
-    tensors, batch = program.state_dict | program.constants, iter(program.example_inputs[0])
-    # the graph itself, its weights and batch as its inputs: ep.module()'s input checks cost 70 us a call here
-    specs = program.graph_signature.input_specs
-    inputs = [next(batch) if s.kind.name == "USER_INPUT" else tensors[s.target] for s in specs]
-    weights = [t for s, t in zip(specs, inputs) if s.kind.name == "PARAMETER" and t.requires_grad]
-    graph = torch.compile(program.graph_module) if compiled else program.graph_module
-    sync = torch.cuda.synchronize if inputs[-1].is_cuda else (lambda: None)
-    if op == "inference":
-        def call():
-            with torch.no_grad():
-                return graph(*inputs)
-    elif op == "grad":  # the weights' gradients, or the input's where the weights are constants
-        wrt = weights or [program.example_inputs[0][0].requires_grad_()]
-
-        def call():
-            return torch.autograd.grad(graph(*inputs)[-1], wrt, allow_unused=True)  # a tied weight is named twice
-    else:  # training: one Adam step
-        opt = torch.optim.Adam(weights, lr=1e-3, foreach=True)
-
-        def call():
-            opt.zero_grad(set_to_none=True)
-            graph(*inputs)[-1].backward()
-            opt.step()
-    return lambda: (call(), sync())
-
-
-def jax_step(path: Path, op: str, compiled: bool):
-    import jax  # the framework: only in the side's process
-    import numpy as np  # jax needs it: the arguments come as .npz
-
-    program = jax.export.deserialize(bytearray(path.read_bytes()))
-    arrays = np.load(path.with_suffix(".npz"))
-    args, _ = jax.tree.unflatten(program.in_tree, [jax.numpy.asarray(arrays[k]) for k in arrays.files])
-    call, args = jax.jit(program.call, donate_argnums=0 if op == "training" else ()), list(args)
-
-    def step():
-        out = call(*args)
-        if op == "training":  # the new state goes into the next step
-            args[0] = out[0]
-        jax.block_until_ready(out)
-    return step
-
-
 def serve(side: str, burst_s: float) -> None:
     """A side's process: warm up, say so, then answer each line on stdin with a burst's step times."""
     c = json.loads((HERE / "repro.json").read_text())["sides"][side]
-    if c["threads"] and c["framework"] == "jax":  # XLA runs one thread per core it may use
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:c["threads"]])
-    if c["threads"] and c["framework"] == "torch":
-        import torch  # the framework: only in the side's process
-        torch.set_num_threads(c["threads"])
-    make = torch_step if c["framework"] == "torch" else jax_step
-    step = make(HERE / c["file"], c["op"], c["compile"])
+    make = globals()[f"{c['framework']}_step"]  # the side's loader, below
+    step = make(HERE / c["file"], c["op"], c["compile"], c["threads"])
     for _ in range(10):
         step()
     print("ready", flush=True)
@@ -124,6 +73,8 @@ def main() -> None:
     print(f"B/A: {median['b'] / median['a']:.3f} (above 1: B is slower); B slower in {sum(rounds)} of {a.rounds} "
           "rounds")
 
+
+# the loaders of the sides' frameworks go here
 
 if __name__ == "__main__":
     main()

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.common.config import ROOT
+from experiments.common.config import BACKENDS, ROOT
+from experiments.common.frameworks import traits
 from experiments.common.protocol import Export, Setup
 from experiments.compare.paired import CellVerdict
 from experiments.harness import manager
@@ -21,7 +21,8 @@ from experiments.harness.envs import Manifest, clean_environ
 from experiments.measure.verdict import Verdict
 from experiments.store.records import META, Record
 
-SCRIPT = Path(__file__).with_name("standalone.py")
+SCRIPT = Path(__file__).with_name("standalone.py")  # the script's driver; each side's loader comes from its backend
+LOADERS = "# the loaders of the sides' frameworks go here\n"  # where in the driver they are written
 # What the draft shows of each side's environment, from what the workers record (measure.environment and the
 # backends' `environment`, allow-listed: no other variable): its name in the draft, the tag.
 ENVIRONMENT = (("Python", "python_version"), ("platform", "platform"), ("CPU", "cpu_model"),
@@ -32,8 +33,6 @@ ENVIRONMENT = (("Python", "python_version"), ("platform", "platform"), ("CPU", "
                ("precision", "precision_policy"), ("XLA_FLAGS", "xla_flags"), ("allocator", "allocator"))
 # The environment's own tags: what it is, not a variable of it.
 SPEC_TAGS = ("env_spec", "env_changes", "env_packages", "env_fingerprint")
-# The packages a framework's script needs, beside the framework (jax.export's deserialization needs flatbuffers).
-FRAMEWORK = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flatbuffers")}
 
 
 @dataclass(frozen=True)
@@ -63,13 +62,20 @@ def drafts(rows: list[CellVerdict], sweep: Path, out: Path, command: str) -> lis
         folder = out / re.sub(r"[^A-Za-z0-9.=-]+", "-", f"{r.model}-{r.op}-bs{r.batch_size}-{label}")
         folder.mkdir(parents=True, exist_ok=True)
         a, b = exported(ra, r, folder / "a"), exported(rb, r, folder / "b")
-        shutil.copyfile(SCRIPT, folder / "repro.py")
+        (folder / "repro.py").write_text(script([a.framework, b.framework]))
         (folder / "repro.json").write_text(json.dumps({"sides": {"a": side_config(a, r), "b": side_config(b, r)}},
                                                       indent=1))
         printed = rehearsed(folder, a, b)
         (folder / "draft.md").write_text(draft(r, a, b, command, printed))
         written.append(folder / "draft.md")
     return written
+
+
+def script(frameworks: list[str]) -> str:
+    """repro.py: the driver with the loader of each framework named (`backends/<name>_script.py`), one file that
+    needs the framework alone."""
+    loaders = "\n\n".join((BACKENDS / f"{fw}_script.py").read_text() for fw in sorted(set(frameworks)))
+    return SCRIPT.read_text().replace(LOADERS, loaders)
 
 
 def written(paths: list[Path], out: Path) -> None:
@@ -110,7 +116,7 @@ def side_config(s: Side, r: CellVerdict) -> dict:
     """What the script needs of a side: its exported program, op and set-up."""
     fw = s.record.config["framework"]
     return {"label": s.label, "framework": s.framework, "file": next(iter(s.files), ""), "op": r.op,
-            "compile": bool(fw["compile"]) and s.framework == "torch", "threads": fw["threads"]}
+            "compile": bool(fw["compile"]) and traits(s.framework).script_compiles, "threads": fw["threads"]}
 
 
 def rehearsed(folder: Path, a: Side, b: Side) -> str:
@@ -177,7 +183,7 @@ def standalone(a: Side, b: Side, printed: str) -> list[str]:
         return [f"The step could not be exported: {a.failed or b.failed}."]
     frameworks = sorted({a.framework, b.framework})
     venv_a, venv_b = (" ".join(f"{n}=={v.split('+')[0]}" if (v := s.record.tags.get(f"{n}_version")) else n
-                               for fw in frameworks for n in FRAMEWORK[fw]) for s in (a, b))
+                               for fw in frameworks for n in traits(fw).script) for s in (a, b))
     out = ["`repro.py` (beside this file) loads each side's step as nnbench measured it, exported in its own "
            f"environment ({', '.join(a.files + b.files)}: the network, its weights and its batch), runs each side in "
            "a process of its own and times them taking turns with `time.perf_counter`, then prints each side's "

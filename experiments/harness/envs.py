@@ -44,11 +44,12 @@ from packaging.version import InvalidVersion, Version
 from experiments.common.config import ROOT
 from experiments.harness import manager
 from experiments.harness.installers import Index, reason, uv
-from experiments.measure.backends import PACKAGES
+from experiments.common.frameworks import every
 from experiments.measure.environment import ENV_MANIFEST
 
-COMPANIONS = {"jax": ("jaxlib",)}  # pinned at the same version as the package they belong to
-HOLD = ("torch", "torchvision", "torchaudio")  # kept as installed unless pinned
+# Pinned at the same version as the package they belong to (each backend's `companions`).
+COMPANIONS = {n: c for t in every() for n, c in t.companions.items()}
+HOLD = tuple(n for t in every() for n in t.hold)  # kept as installed unless pinned (each backend's `hold`)
 IGNORED = ("pip", "setuptools", "wheel", "uv", "nnbench")  # the installers, and the suite (from its checkout)
 # What an interpreter imports: per distribution name, the first on sys.path (its version and requirements).
 PROBE = r'''
@@ -294,14 +295,14 @@ def smoke(python: Path, spec: Spec, changes: dict) -> None:
     """One LeNet training step (`worker --smoke`) by each backend whose packages the environment changed; BuildError
     naming the first that fails."""
     moved = {n: (old, new) for n, (old, new) in changes.items() if n not in spec.pinned and old}  # not the added
-    for fw, names in PACKAGES.items():
-        if set(names) & set(changes):
-            r = subprocess.run([str(python), "-m", "experiments.measure.worker", "--smoke", fw], cwd=ROOT,
+    for fw in every():
+        if set(fw.packages) & set(changes):
+            r = subprocess.run([str(python), "-m", "experiments.measure.worker", "--smoke", fw.name], cwd=ROOT,
                                env=manager.environ(), capture_output=True, text=True, timeout=900)
             if r.returncode:
                 why = (r.stdout.strip() or r.stderr.strip() or f"exit {r.returncode}").splitlines()[-1]
                 fit = f" with {describe(moved)} moved to fit" if moved else ""
-                raise BuildError(f"{spec}: nnbench's {fw} backend fails{fit}: {why}")
+                raise BuildError(f"{spec}: nnbench's {fw.name} backend fails{fit}: {why}")
 
 
 def diff(base: dict, got: dict) -> dict[str, tuple[str | None, str | None]]:

@@ -21,6 +21,7 @@ from typing import Callable
 import psutil
 
 from experiments.common.config import ALLOCATORS, ROOT
+from experiments.common.frameworks import every
 from experiments.common.protocol import PointResult, Request, Setup
 
 WORKER = "experiments.measure.worker"  # the worker's entry point, run as a module
@@ -61,16 +62,7 @@ def last_line(log: Path | None) -> str:
 def cache_environ(directory: Path | None) -> dict[str, str]:
     """Where the worker's compilers keep what they compiled: `directory` (the sweep's, per environment and host), so
     a point's later processes load what its first one compiled; None: no compiled-graph cache at all."""
-    if directory is None:
-        return {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
-                "JAX_ENABLE_COMPILATION_CACHE": "false"}
-    return {
-        "JAX_COMPILATION_CACHE_DIR": str(directory / "jax"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the default, 1 s, skips every seed model's compile
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
-        "TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),  # not the machine-wide /tmp/torchinductor_<user>
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-    }
+    return {k: v for t in every() for k, v in t.cache(directory).items()}  # each backend's own variables
 
 
 class Spawned:

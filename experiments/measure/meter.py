@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from experiments.common.frameworks import names, traits
+
 
 def cpu_times():
     """The machine's CPU times (psutil's), or None where the kernel's counters are hidden: every field zero, as a
@@ -111,9 +113,11 @@ def reset_high_water() -> bool:
 # guard's bound). On 2 cores, one busy program beside torch's 2 OpenMP threads made LeNet bs32
 # inference read 132 ms against 1.3 ms: every parallel region waits for the thread whose core is taken.
 SPARE_CORES = 0.2
-# What sets each framework's intra-op threads, for the hint.
-THREADS_SETTING = {"torch": "torch's intra-op threads (framework.threads, torch.set_num_threads)",
-                   "jax": "XLA's CPU threads (framework.threads, which runs the worker on that many cores)"}
+
+
+def threads_setting(framework: str) -> str:
+    """What sets a framework's intra-op threads (its `Traits.threads`), for the hint."""
+    return traits(framework).threads if framework in names() else "the intra-op threads"
 
 
 def oversubscription(framework: str, threads: int | None, cores: int, other_cores: float | None,
@@ -127,7 +131,7 @@ def oversubscription(framework: str, threads: int | None, cores: int, other_core
     if threads is None or threads <= free + SPARE_CORES:
         return None
     fewer = max(1, math.floor(free + SPARE_CORES))
-    setting = f"set {THREADS_SETTING.get(framework, 'the intra-op threads')} to {fewer}, or " if fewer < threads else ""
+    setting = f"set {threads_setting(framework)} to {fewer}, or " if fewer < threads else ""
     if other_cores is None:
         return f"{threads} intra-op threads on {cores} cores: {setting.removesuffix(', or ') or 'use fewer threads'}"
     return (f"{threads} intra-op threads on {cores} cores while other processes used {other_cores:.2f} of the "

@@ -21,11 +21,12 @@ import numpy as np
 
 import models
 from experiments.common.protocol import Json
-from experiments.measure.backends import SMOKE, load, module
+from experiments.common.frameworks import built_with, declared, every, param_counts, references, traits
+from experiments.measure.backends import load, module
 from experiments.measure.flops import flops, source
 from models import Model, Network, is_stat
 
-SIDES = ("jax", "torch")  # the frameworks compared
+SIDES = tuple(t.name for t in references())  # the frameworks compared
 TOLERANCE = 1e-4  # the largest error of any compared tensor, relative to the largest magnitude in it (as the tests)
 # A gradient is compared relative to at least this fraction of the largest gradient of any parameter (an absolute
 # tolerance of 1e-6 of it, as tests/measure/test_parity.py): a conv bias before a BatchNorm in training mode has a
@@ -91,14 +92,14 @@ def check_batch(batches: list[int]) -> int:
 def check(spec: Model, seed: int = 0, batch: int = CHECK_BATCH) -> Parity:
     """Compare the two frameworks on one batch; both backends are configured for the CPU at fp32 first."""
     if isinstance(spec, Network):
-        if spec.torch is None or spec.flax is None:
-            return Parity("unchecked", reason=f"only {'torch' if spec.torch else 'jax'} is declared: nothing to "
-                          "compare with", params=dict(spec.params))
+        if len(declared(spec)) < 2:
+            return Parity("unchecked", reason=f"only {declared(spec)[0].name} is declared: nothing to "
+                          "compare with", params=param_counts(spec))
         if spec.weights is None:
             return Parity("unchecked", reason="no weight map (Network.weights): the two sides' weights can't be "
-                          "made equal", params=dict(spec.params))
+                          "made equal", params=param_counts(spec))
     for framework in SIDES:
-        load(framework).configure(SMOKE[framework])
+        load(framework).configure(traits(framework).smoke)
     try:
         got = network(spec, seed, batch) if isinstance(spec, Network) else layers(spec, seed, batch)
     except Exception as e:  # the user's code, or a framework refusing it: a failed check, said in one line
@@ -107,7 +108,7 @@ def check(spec: Model, seed: int = 0, batch: int = CHECK_BATCH) -> Parity:
 
 
 def layers(spec: models.ModelSpec, seed: int, batch: int) -> Parity:
-    jb, tb = module("jax"), module("torch")
+    jb, tb = (module(name) for name in SIDES)
     params, (x, y) = spec.init(seed), spec.make_batch(batch, seed)
     errors = {"output": relative(jb.forward(spec, params, x), tb.forward(spec, params, x))}
     la, ga = jb.loss_and_grads(spec, params, x, y)
@@ -119,7 +120,7 @@ def layers(spec: models.ModelSpec, seed: int, batch: int) -> Parity:
     else:
         errors["input"] = relative(ga, gb)
     count = spec.param_count()
-    return verdict(errors, {"jax": count, "torch": count})
+    return verdict(errors, dict.fromkeys(SIDES, count))
 
 
 def network(net: Network, seed: int, batch: int) -> Parity:
@@ -127,7 +128,8 @@ def network(net: Network, seed: int, batch: int) -> Parity:
     import torch
     from flax import nnx
 
-    jb, tb = module("jax"), module("torch")
+    fj, ft = built_with("flax").name, built_with("torch").name  # the two builders its weight map joins
+    jb, tb = module(fj), module(ft)
     tmodel = tb.build(net, seed, "fp32", train=False)
     fmodel = jb.build(net, seed, "fp32", train=False)
     mapping = net.weight_map()
@@ -136,8 +138,7 @@ def network(net: Network, seed: int, batch: int) -> Parity:
               if (key := ".".join(map(str, path))) in mapping else var)
              for path, var in nnx.to_flat_state(nnx.state(fmodel))]
     nnx.update(fmodel, nnx.from_flat_state(state))
-    params = {"jax": sum(int(np.size(v.get_value())) for _, v in nnx.to_flat_state(nnx.state(fmodel, nnx.Param))),
-              "torch": sum(p.numel() for p in tmodel.parameters() if p.requires_grad)}
+    params = {fj: jb.count_params(fmodel), ft: tb.count_params(tmodel)}
 
     x, y = net.make_batch(batch, seed)
     xt, yt = tb.to_input(x, net.input, "fp32", "cpu"), tb.to_input(y, net.target, "fp32", "cpu")
@@ -147,7 +148,7 @@ def network(net: Network, seed: int, batch: int) -> Parity:
         out_t = tb.from_output(net, tmodel(xt))
     out_j = jb.from_output(net, jax.jit(lambda p, rest, x: nnx.merge(graphdef, p, rest)(x))(p, rest, xj))
     if out_j.shape != out_t.shape:
-        return Parity("failed", reason=f"the outputs differ in shape: jax {out_j.shape}, torch {out_t.shape} "
+        return Parity("failed", reason=f"the outputs differ in shape: {fj} {out_j.shape}, {ft} {out_t.shape} "
                       "(images: jax NHWC, torch NCHW)", params=params)
     errors = {"output": relative(out_j, out_t)}
 
@@ -171,9 +172,9 @@ def counted(spec: Model, op: str, batch: int, seed: int = 0) -> FlopCount:
     where = source(spec)
     if where in ("dsl", "declared"):
         return FlopCount(op, batch, flops(spec, op, batch), where)
-    framework = "torch" if where == "torch" else "jax"
-    backend = load(framework)
-    backend.configure(SMOKE[framework])  # torch eager, jax jit: where each framework has its count
+    framework = next(t for t in every() if t.counter == where)
+    backend = load(framework.name)
+    backend.configure(framework.smoke)  # torch eager, jax jit: where each framework has its count
     return FlopCount(op, batch, backend.prepare(spec, op, batch, seed).cost(), where)
 
 

@@ -108,7 +108,10 @@ def profile_op(backend, spec, req: Request, op: str, batch: int, out: Path) -> O
     """Build the op as a timed worker would, call it once (the compile) and warm it up, then profile a few steps
     with the request's framework; the files go to `out` (trace, program, top.md, profile.json)."""
     begin, framework = time.perf_counter(), req.framework
-    tracer = import_module(f"experiments.measure.backends.{framework}_profile")
+    try:
+        tracer = import_module(f"experiments.measure.backends.{framework}_profile")
+    except ModuleNotFoundError:  # a backend without a profiler: profile=true skips its ops, saying so
+        return OpResult("skipped", reason=f"the {framework} backend has no profiler (backends/{framework}_profile.py)")
     with tracer.capture(req.setup) as program:  # what the profiler needs compiled in, set before the build
         try:
             step = backend.prepare(spec, op, batch, req.seed)

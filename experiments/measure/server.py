@@ -28,24 +28,23 @@ from pathlib import Path
 def preload(framework: str) -> None:
     """Import what every worker of this framework imports, and nothing that starts a backend or a thread."""
     import numpy.ma  # noqa: F401  here, not in the server's module scope: the probe below must run first
-
+    from importlib import import_module
+    from experiments.common.frameworks import traits
     from experiments.measure import worker  # noqa: F401
     from experiments.measure.backends import module
 
     module(framework)  # jax, flax, optax / torch: imports only; a Backend() would start XLA or the OpenMP pool
-    if framework == "torch":
-        # torch.compile's front end: a worker's first prepare imports it otherwise, eager or compiled (a second of CPU)
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.config  # noqa: F401
+    for name in traits(framework).preloads:  # what a worker's first prepare imports otherwise (torch's compiler)
+        import_module(name)
 
 
 def problem(framework: str) -> str | None:
-    """Why a fork now would not give a fresh worker (None: it would)."""
-    if "jax" in sys.modules:  # the jax server, or a user's network that imports jax
-        from jax._src import xla_bridge  # only to check that no backend has started
+    """Why a fork now would not give a fresh worker (None: it would): any framework's runtime started (this one's,
+    or one a user's network imports), or a thread."""
+    from experiments.common.frameworks import every  # imported after `preload`, as the worker's own modules are
 
-        if xla_bridge._backends:
-            return "the XLA backend started before fork"
+    if why := next(filter(None, (t.started() for t in every())), None):
+        return why
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads before fork"
     return None

@@ -24,18 +24,20 @@ import psutil
 import models
 from experiments.common.protocol import Burst, Command, OpResult, PointResult, Prepared, Ready, Request, Setup
 from experiments.measure import flops, peaks, profile, stats, timing
-from experiments.measure.backends import SMOKE, Unavailable, Unsupported, load
+from experiments.common.frameworks import traits
+from experiments.measure.backends import Unavailable, Unsupported, load
 from experiments.measure.environment import fingerprint, host_record, machine_record
 from experiments.measure.meter import background_cores, meter, oversubscription, reset_high_water, resident
 
 
 def pin(framework: str, threads: int | None) -> None:
-    """framework.threads for jax, before its backend starts: XLA sizes its CPU thread pool by the cores the process
+    """framework.threads where a framework's threads follow CPU affinity (`Traits.pin_threads`: jax), before its
+    backend starts: XLA sizes its CPU thread pool by the cores the process
     may run on and ignores its own thread flags. In jaxlib 0.10.2 on 2 cores, a jitted matmul and conv loop kept 4
     threads busy with XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" as without it,
     and one thread (79 of 80 ticks) once the process could run on one core. So a jax worker runs on the first
     `threads` cores it may use (the fork server imports jax but starts no backend); its `configure` checks it."""
-    if framework == "jax" and threads and hasattr(os, "sched_setaffinity"):
+    if threads and traits(framework).pin_threads and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         if 0 < threads <= len(cores):
             os.sched_setaffinity(0, cores[:threads])
@@ -248,12 +250,16 @@ def burst(step, prepared: Prepared, seconds: float, sync_policy: str) -> Burst:
 
 
 def smoke(framework: str) -> int:
-    """Build LeNet and take one training step with the framework's default set-up on the CPU: nnbench's model code
-    works with the framework as this interpreter has it (`nnbench versions` asks each environment it builds)."""
+    """Build LeNet and take one training step (an inference call where the backend has no training) with the
+    framework's default set-up on the CPU: nnbench's model code works with the framework as this interpreter has it
+    (`nnbench versions` asks each environment it builds)."""
     try:
         backend = load(framework)
-        backend.configure(SMOKE[framework])
-        step = backend.prepare(models.load("lenet"), "training", 2, 0)
+        backend.configure(traits(framework).smoke)
+        try:
+            step = backend.prepare(models.load("lenet"), "training", 2, 0)
+        except Unsupported:
+            step = backend.prepare(models.load("lenet"), "inference", 2, 0)
         step.sync(step.fn())
     except Exception as e:  # whatever the framework raises: one line for the one who built the environment
         print(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")

@@ -9,20 +9,20 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.common.errors import BadInput
+from experiments.common.frameworks import names, traits
 from experiments.common.lines import Timing, format_metadata, format_timing
 from experiments.report.tables import points
 
 FORMATS = ("timing",)
-SEED_NAMES = {"jax": ("JAX", "jit"), "torch": ("PyTorch", "eager")}  # seed 000's name, and the variant it runs
 KEY = ["name", "model", "op", "batch_size"]  # a TIMING line's key
 
 
 def framework_name(mode: str, precision: str) -> str:
     """`jax-jit` fp32 is seed 000's `JAX`, `torch-compile` bf16 is `PyTorch-compile-bf16`, `Lux` stays `Lux`."""
     framework, _, variant = mode.partition("-")
-    if framework in SEED_NAMES:
-        name, seed_variant = SEED_NAMES[framework]
-        mode = name if variant == seed_variant else f"{name}-{variant}"
+    if framework in names():  # seed 000's name for it, plain in the variant the seed runs
+        t = traits(framework)
+        mode = t.seed_name if variant == t.seed_variant else f"{t.seed_name}-{variant}"
     return mode if precision == "fp32" else f"{mode}-{precision}"
 
 

@@ -30,13 +30,14 @@ import yaml
 import models
 from experiments.common import interrupts
 from experiments.common.config import CONF, OPS, bench_budget
+from experiments.common.frameworks import references
 from experiments.common.options import positive
 from experiments.common.protocol import Budget, Setup
 from experiments.measure.backends import Step, load
 from experiments.measure.meter import background_cores, meter
 from experiments.measure.timing import measure
 from experiments.selfcheck.overhead import bare_loop
-FRAMEWORKS = ("jax", "torch")
+FRAMEWORKS = tuple(t.name for t in references())
 METHODS = ("harness", "timer", "bare")
 QUICK_MODELS = ("mlp_relu", "lenet")
 BATCH = 32  # in every model's inference list; matmul_chain runs at its own m

@@ -14,7 +14,8 @@ import sys
 import time
 
 import models
-from experiments.measure.backends import SMOKE, load
+from experiments.common.frameworks import traits
+from experiments.measure.backends import load
 
 # Seconds of blocks per op and sync, after as many of warm-up.
 SECONDS = 1.0
@@ -36,7 +37,7 @@ def blocks(fn, sync, block: int, pipelined: bool) -> list[float]:
 
 def main(framework: str, device: str, model: str, batch: str, *asked: str) -> int:
     backend = load(framework)
-    backend.configure(dataclasses.replace(SMOKE[framework], device=device))  # the framework's default set-up
+    backend.configure(dataclasses.replace(traits(framework).smoke, device=device))  # the framework's default set-up
     spec = models.load(model)
     for item in asked:
         op, sync_policy, block = item.split(":")

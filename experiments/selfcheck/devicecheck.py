@@ -23,6 +23,7 @@ from experiments.common.child import run_to_end
 from experiments.common.config import README_SWEEP
 from experiments.common.devices import present
 from experiments.common.errors import LOST, OK, BadInput
+from experiments.common.frameworks import references, traits
 
 # The sweeps, by name: their overrides, and the accelerators they run on. Parity is not what is checked here (its
 # process runs on the CPU): it is off, for time.
@@ -32,9 +33,6 @@ SWEEPS = {
     "cudagraphs": (["framework=torch", "framework.compile=true", "framework.compile_mode=reduce-overhead",
                     "model=lenet", "batch_size=32"], ("gpu",)),
 }
-# Where each framework measures beside each accelerator (a point's param `device` starts with it): torch has no TPU
-# backend, so beside a TPU it measures on the host's CPU.
-DEVICES = {"tpu": {"jax": "tpu", "torch": "cpu"}, "gpu": {"jax": "cuda", "torch": "cuda"}}
 
 
 # What the machine lacks, by --device.
@@ -78,7 +76,7 @@ def problems(points, platform: str) -> list[str]:
     out = []
     for _, row in points.iterrows():
         name, fw = row["tags.mlflow.runName"], row["params.framework"]
-        where, asked = DEVICES[platform][fw], row.get("params.config.bench.sync", "auto")
+        where, asked = traits(fw).beside[platform], row.get("params.config.bench.sync", "auto")
         if row["status"] != "FINISHED":
             out.append(f"{row['status']}: {name}: {row.get('tags.failure_reason', '')}"[:300])
             continue
@@ -115,7 +113,8 @@ def check(name: str, platform: str, bench: str, out: Path) -> bool:
     for source in sorted(set(points.get("tags.peak_source", []).dropna())):
         print(f"peak: {source}")
     if name == "readme":
-        wrong += bare(t[t["device"].astype(str).str.startswith(DEVICES[platform]["jax"])], platform)
+        on = next(f for f in references() if f.beside[platform] != "cpu")  # the first that measures on the device
+        wrong += bare(t[t["device"].astype(str).str.startswith(on.beside[platform])], on.name, platform)
     return not wrong and not points.empty
 
 
@@ -123,15 +122,15 @@ def check(name: str, platform: str, bench: str, out: Path) -> bool:
 BARE_TOLERANCE = 0.05
 
 
-def bare(timed, platform: str) -> list[str]:
-    """The sweep's jax points against a bare loop (`bareloop`, in a process of its own once the sweep has let the
+def bare(timed, framework: str, platform: str) -> list[str]:
+    """The sweep's points of one framework against a bare loop (`bareloop`, in a process of its own once the sweep has let the
     chip go) that times each op with the same sync and calls per block; a line per op and sync, and a problem where
     they read more than BARE_TOLERANCE apart."""
     if timed.empty:
         return []
     row = timed.iloc[0]
     asked = [f"{r.op}:{r.sync}:{int(r.calls_per_block)}" for r in timed.itertuples()]
-    r = subprocess.run([sys.executable, "-m", "experiments.selfcheck.bareloop", "jax", platform, str(row["model"]),
+    r = subprocess.run([sys.executable, "-m", "experiments.selfcheck.bareloop", framework, platform, str(row["model"]),
                         str(row["batch_size"]), *asked], capture_output=True, text=True)
     if r.returncode:
         return [f"BARE LOOP FAILED: {(r.stderr.strip().splitlines() or ['exit ' + str(r.returncode)])[-1]}"]

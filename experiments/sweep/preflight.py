@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import models
 from experiments.common.config import ALLOCATORS, DEFAULT_BASELINE, EXTERNAL, PRECISIONS, VARIANT_KEYS, Config
 from experiments.common.errors import BadInput
+from experiments.common.frameworks import traits
 from experiments.common.job import Job
 from experiments.common.protocol import Point, Setup
 from experiments.harness import external, manager
@@ -120,7 +121,8 @@ def validate_values(config: Config) -> None:
     if not config.ops:
         raise BadInput("ops is empty: use e.g. ops=[inference,training] (ops: inference, training, grad)")
     fw = config.framework
-    if fw.name == "torch" and fw.compile_mode == "reduce-overhead" and (not fw.compile or config.device == "cpu"):
+    if fw.compile_mode == "reduce-overhead" and fw.name != EXTERNAL and traits(str(fw.name)).cuda_graphs \
+            and (not fw.compile or config.device == "cpu"):
         raise BadInput("framework.compile_mode=reduce-overhead is torch.compile's CUDA graphs: it needs "
                        "framework.compile=true and a GPU (device=gpu), or drop framework.compile_mode")
     bench = config.bench

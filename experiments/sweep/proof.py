@@ -16,6 +16,7 @@ from pathlib import Path
 
 from experiments.common.config import EXTERNAL
 from experiments.common.errors import first_line
+from experiments.common.frameworks import param_counts
 from experiments.common.job import Job
 from experiments.measure.flops import source as flops_source
 from experiments.measure.parity import SIDES, Parity, Proof
@@ -31,7 +32,7 @@ HELPER = {"JAX_PLATFORMS": "cpu"}
 
 def sides(spec: Model) -> dict[str, int]:
     """Trainable parameters as each framework counts them (the layer DSL's are one count for both)."""
-    return dict(spec.params) if isinstance(spec, Network) else {"jax": spec.param_count(), "torch": spec.param_count()}
+    return param_counts(spec) if isinstance(spec, Network) else dict.fromkeys(SIDES, spec.param_count())
 
 
 def source_tags(spec: Model) -> dict[str, str]:

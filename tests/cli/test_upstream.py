@@ -63,7 +63,7 @@ def test_the_script_times_every_torch_op_exported(clean, tmp_path, op):
     backend.configure(Setup("fp32", "cpu", threads=1))
     for name in "ab":
         backend.export(models.load("lenet"), op, 8, 0, tmp_path / name)
-    (tmp_path / "repro.py").write_bytes(upstream.SCRIPT.read_bytes())
+    (tmp_path / "repro.py").write_text(upstream.script(["torch"]))
     sides = {s: {"label": s, "framework": "torch", "file": f"{s}.pt2", "op": op, "compile": False, "threads": 1}
              for s in "ab"}
     (tmp_path / "repro.json").write_text(json.dumps({"sides": sides}))

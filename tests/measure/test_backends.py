@@ -10,11 +10,12 @@ import pytest
 import models
 from experiments.common.devices import Present
 from experiments.measure.backends import Unavailable, Unsupported, choose, load, module
-from experiments.common.config import OPS, backends
+from experiments.common.config import OPS
+from experiments.common.frameworks import references
 from experiments.common.protocol import Setup
 from tests.helpers import FORMAT, SEEDS, TORCH_COMPILED, gpu_visible, tiny
 
-ADAPTERS = {fw: module(fw) for fw in backends()}
+ADAPTERS = {t.name: module(t.name) for t in references()}  # the full adapters: every layer, op and compile mode
 BATCH = 2
 # torch.compile costs 1–20 s per graph on 2 cores (inductor, C++ codegen), so it runs on one MLP and one conv net
 # only (TORCH_COMPILED; the conv net in the slow tier); the layers of the others are covered by the eager runs and by

@@ -9,7 +9,8 @@ from importlib import import_module
 import pytest
 
 import models
-from experiments.common.config import OPS, backends
+from experiments.common.config import OPS
+from experiments.common.frameworks import references
 from experiments.common.protocol import CATEGORIES, PARTS, OpProfile, Point, Request, Setup
 from experiments.measure import categories, profile
 from experiments.measure.backends import Span, Traced, load
@@ -98,7 +99,7 @@ def test_the_tables_speak_the_vocabulary():
 
 def test_each_framework_has_a_profiler_that_mirrors_the_others():
     """`<name>_profile.py` beside each `<name>_backend.py`, with the same functions and parameters."""
-    modules = [import_module(f"experiments.measure.backends.{fw}_profile") for fw in backends()]
+    modules = [import_module(f"experiments.measure.backends.{t.name}_profile") for t in references()]
     for name in ("capture", "trace"):
         assert len({tuple(inspect.signature(getattr(m, name)).parameters) for m in modules}) == 1, name
 

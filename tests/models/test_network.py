@@ -137,7 +137,7 @@ def test_a_file_loads_with_its_source_and_both_counts(nets):
     import hashlib
 
     assert net.source.version == hashlib.sha256((nets / "mlp.py").read_bytes()).hexdigest()[:16]
-    assert net.params == {"torch": 32 * 12 + 12 + 12 * 10 + 10, "jax": 32 * 12 + 12 + 12 * 10 + 10}
+    assert net.params == {"torch": 32 * 12 + 12 + 12 * 10 + 10, "flax": 32 * 12 + 12 + 12 * 10 + 10}
     assert net.param_count() == net.params["torch"]
     x, y = net.make_batch(4, 0)
     assert x.shape == (4, 32) and y.dtype == np.int32 and y.max() < 10
@@ -160,7 +160,7 @@ def test_a_file_loads_with_its_source_and_both_counts(nets):
 ])
 def test_bad_input_is_one_line_naming_the_fix(nets, file, keys, message):
     if message is None:
-        assert network(nets, file, **keys).params["jax"] == network(nets, file, **keys).params["torch"]
+        assert network(nets, file, **keys).params["flax"] == network(nets, file, **keys).params["torch"]
         return
     with pytest.raises(ValueError, match=message) as e:
         network(nets, file, **keys)
@@ -205,7 +205,7 @@ def test_an_entry_point_is_a_model_option(package, make_cfg):
     register()  # as a sweep does at its start: now model=tinymlp composes, with its keys typed by their defaults
     c = preflight.typed(make_cfg("model=tinymlp", "model.width=24"))
     assert logged(c)["model"] == {"name": "tinymlp", "width": 24, "weights": "map"}
-    assert preflight.job(c).spec.params == {"torch": 32 * 24 + 24 + 250, "jax": 32 * 24 + 24 + 250}
+    assert preflight.job(c).spec.params == {"torch": 32 * 24 + 24 + 250, "flax": 32 * 24 + 24 + 250}
     with pytest.raises(HydraException) as e:
         make_cfg("model=tinymlp", "model.width=wide")
     assert "model.width must be an integer" in hydra_errors.explain(e.value)

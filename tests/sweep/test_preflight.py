@@ -192,5 +192,5 @@ def test_a_sweep_started_by_a_command_asks_nothing_its_door_found(make_cfg, monk
     monkeypatch.setattr(models._load, "_LOADED", {})  # the sweep's process: nothing loaded yet
     sweep = preflight.jobs(configs)
     assert [j.fingerprint for j in sweep] == [j.fingerprint for j in command] == ["fingerprint-jax", "fingerprint-torch"]
-    assert sweep[0].spec.params == command[0].spec.params and set(sweep[0].spec.params) == {"jax", "torch"}
+    assert sweep[0].spec.params == command[0].spec.params and set(sweep[0].spec.params) == {"flax", "torch"}
     assert preflight.passed("{not json") == preflight.passed(None) == {"probes": {}, "networks": {}}

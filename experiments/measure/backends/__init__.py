@@ -17,16 +17,12 @@ import numpy as np
 
 from experiments.common.config import OPS
 from experiments.common.devices import Present
+from experiments.common.frameworks import declared, names, traits
 from experiments.common.protocol import Setup
 from models import Network
 
 # The one place a precision name becomes a dtype name (numpy/jax/torch all spell these the same).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
-# The distributions each backend imports: an environment that moves one of them is validated with that backend.
-PACKAGES = {"jax": ("jax", "jaxlib", "flax", "optax"), "torch": ("torch",)}
-# Each backend's default set-up (conf/framework/<name>.yaml, fp32 on the CPU): what `worker --smoke` runs.
-SMOKE = {"jax": Setup("fp32", "cpu", compile=True, memory_format="nhwc"),
-         "torch": Setup("fp32", "cpu", compile=False, memory_format="contiguous")}
 
 
 class Unsupported(Exception):
@@ -119,11 +115,15 @@ def validate_op(spec: Any, op: str) -> None:
 
 
 def validate_side(spec: Any, framework: str) -> None:
-    """A user's network measures only in the frameworks it declares a builder for."""
-    if isinstance(spec, Network) and spec.builder(framework) is None:
-        missing = {"jax": "Flax NNX module (flax=...)", "torch": "torch module (torch=...)"}[framework]
-        raise Unsupported(f"{spec.name} declares no {missing}: only {'jax' if framework == 'torch' else 'torch'} "
-                          "measures it")
+    """A user's network measures only in the frameworks it declares a builder for (a runner takes it by name)."""
+    if not isinstance(spec, Network) or framework not in names():
+        return
+    t = traits(framework)
+    if t not in (there := declared(spec)):
+        others = " and ".join(o.name for o in there) or "no framework"
+        missing = f"declares no {t.module} ({t.builder}=...)" if t.builder else f"is a network the {t.name} backend " \
+            "can't build"
+        raise Unsupported(f"{spec.name} {missing}: only {others} measures it")
 
 
 NAMES = {"tpu": "TPU", "gpu": "GPU", "cpu": "CPU"}  # a platform as people write it

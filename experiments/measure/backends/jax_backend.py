@@ -49,6 +49,11 @@ def to_input(a: np.ndarray, of, precision: str, device, memory_format: str = "nh
     return jax.device_put(jnp.asarray(a, kind), device)
 
 
+def count_params(model: nnx.Module) -> int:
+    """Trainable parameters of a built model, as flax counts them (its `nnx.Param`s)."""
+    return sum(int(np.size(v.get_value())) for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+
+
 def build(spec: Model, seed: int, precision: str, train: bool) -> nnx.Module:
     """The model in train or eval mode: the DSL's from its canonical weights, a user's from its Flax builder (its
     floating-point variables cast to the run's precision)."""

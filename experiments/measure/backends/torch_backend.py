@@ -52,6 +52,11 @@ def to_input(a: np.ndarray, of, precision: str, device, memory_format: str = "co
     return torch.empty(src.shape, dtype=kind, device=device, memory_format=fmt).copy_(src)
 
 
+def count_params(model: nn.Module) -> int:
+    """Trainable parameters of a built model, as torch counts them (those that require a gradient)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def build(spec: Model, seed: int, precision: str, train: bool) -> nn.Module:
     """The model in train or eval mode: the DSL's from its canonical weights, a user's from its torch builder
     (after torch.manual_seed(seed); its floating-point weights in the run's precision), on the CPU."""
