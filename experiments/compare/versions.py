@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.errors import LOST, OK, BadInput
-from experiments.compare import environments, history
-from experiments.compare.environments import Sweep
+from experiments.compare import across_envs, history
+from experiments.compare.across_envs import Sweep
 from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Versions:
 def compare(v: Versions) -> tuple[int, dict]:
     """The environments built and compared; the exit code and the answer (what --json prints)."""
     built_once = functools.cache(lambda: build(v.specs, v.sources))  # built once, by the door or here
-    environments.jobs(v.sweep, built_once, functools.partial(environments.fitted, v.design) if v.design else
+    across_envs.jobs(v.sweep, built_once, functools.partial(across_envs.fitted, v.design) if v.design else
                       lambda jobs: None)
     built = built_once()
     if v.design:
@@ -137,7 +137,7 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
         ("spec", str(e.spec)), ("changes", describe(e.manifest.changes)), ("python", str(e.python)))}
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params, kind="versions") as run:
-        code = environments.across(s, [e.python for e in built], run.run_id)
+        code = across_envs.across(s, [e.python for e in built], run.run_id)
         run.status = ending(failed=code != OK)
         sweeps = store.search(s.experiment, f"tags.mlflow.parentRunId = '{run.run_id}'")
         print(f"\nversions: parent run {run.run_id} ({name})")

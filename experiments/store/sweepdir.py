@@ -38,8 +38,8 @@ class SweepState(Json):
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
     resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
     machine: MachineCheck | None = None  # the machine check the sweep ran before its first job
-    # The jobs measured together, paired, by job number (sweep.cells): the first of each group measures them all.
-    # With every job's config as logged and its environment's fingerprint, so that it can in any process.
+    # The jobs measured together, paired, by job number (sweep.paired_engine): the first of each group measures them
+    # all. With every job's config as logged and its environment's fingerprint, so that it can in any process.
     groups: list[list[int]] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)  # the command line's, as Hydra parsed them (a cell's repro)
     configs: list[dict] = field(default_factory=list)
