@@ -3,7 +3,6 @@ every in-function import says why it is there; no function grows past 40 lines o
 lines; the job has no defaults of its own."""
 import ast
 import os
-import re
 import shutil
 import subprocess
 import sys

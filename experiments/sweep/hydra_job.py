@@ -25,7 +25,7 @@ from experiments.common.errors import BadInput, fail, first_line
 from experiments.common.job import Job
 from experiments.common.protocol import PointResult
 from experiments.measure.reading import read
-from experiments.store import records, uris
+from experiments.store import records, sweepdir, uris
 from experiments.store.sweepdir import Sweep, SweepState, SweepTaken
 from experiments.sweep import (commandline, ending, opening, paired_engine, preflight, proof, requeue, stopping,
                                unpaired_engine)
@@ -140,7 +140,7 @@ def members(this: Job, number: int, state: SweepState, sweep_dir: Path, out: Pat
     points in `out/job-<number>`). Each without the points resume found in the store or an earlier run of a
     requeued job saved (SLURM runs a requeued job from its start), tagged with its model's parity and FLOPs."""
     numbers = state.group(number)
-    out_of = {n: out / f"job-{n}" for n in numbers} if paired_engine.paired(this) else {number: out}
+    out_of = {n: sweepdir.job_dir(out, n) for n in numbers} if paired_engine.paired(this) else {number: out}
     group = []
     for n in numbers:
         fingerprint = state.fingerprints[n] if n < len(state.fingerprints) else this.fingerprint
@@ -160,7 +160,7 @@ def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:
     done = requeue.saved(this, out)
     for point in [p for p in this.points if p.batch_size not in done]:
         rec = records.build(this, read(point, [PointResult(point.batch_size, failure=reason)]))
-        directory = out / "points" / rec.slug
+        directory = sweepdir.point_dir(out, rec.slug)
         rec.save(directory)
         log.info("%s: FAILED: %s", rec.run_name, reason)
         log_point(state, rec, directory)

@@ -22,7 +22,7 @@ from experiments.common.job import Job
 from experiments.common.protocol import Json, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
-from experiments.store import records
+from experiments.store import records, sweepdir
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
 from experiments.sweep import console, requeue, stopping
 
@@ -237,7 +237,7 @@ class Points:
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
             rec = records.without_profile(rec, "unavailable", NOT_PROFILED)
-        saved = Saved(point, reading, rec, self.job_dir / "points" / rec.slug)
+        saved = Saved(point, reading, rec, sweepdir.point_dir(self.job_dir, rec.slug))
         rec.save(saved.directory)
         return saved
 

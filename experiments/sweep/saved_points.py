@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments.common.errors import BAD_INPUT, LOST, OK, BadInput, error_line, first_line
 from experiments.store.records import META, Record
-from experiments.store.sweepdir import STATE, Sweep, SweepState
+from experiments.store.sweepdir import POINTS, STATE, Sweep, SweepState, saved
 from experiments.store.uris import store_uri
 
 
@@ -74,10 +74,10 @@ def parent_in(store, experiment_id: str, sweep: Sweep, state: SweepState) -> Swe
 def found(directory: Path) -> dict[Path | None, list[Path]]:
     """The point dirs saved under `directory`, by the sweep dir above them (None: in no sweep); BadInput for none."""
     groups: dict[Path | None, list[Path]] = defaultdict(list)
-    for meta in sorted(directory.glob(f"**/points/*/{META}")):
-        sweep = Sweep.above(meta.parent)
-        groups[sweep.directory if sweep else None].append(meta.parent)
+    for point in saved(directory):
+        sweep = Sweep.above(point)
+        groups[sweep.directory if sweep else None].append(point)
     if not groups:
-        raise BadInput(f"no point saved under {directory} (no points/*/{META}): give a sweep's or job's directory, "
+        raise BadInput(f"no point saved under {directory} (no {POINTS}/*/{META}): give a sweep's or job's directory, "
                        "or a folder above them")
     return groups

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.common.job import Job
+from experiments.store import sweepdir
 from experiments.sweep import paired_engine
 from experiments.sweep.points import Points
 
@@ -13,6 +14,6 @@ from experiments.sweep.points import Points
 def measured_together(jobs: list[Job], directory: Path, caches: list[Path | None] | None = None) -> list[Points]:
     """The jobs (one group: they differ only in variant keys) measured paired; each job's collector, its `records`
     saved, none logged."""
-    collectors = [Points(job, directory / f"job-{i}", ticks=False) for i, job in enumerate(jobs)]
+    collectors = [Points(job, sweepdir.job_dir(directory, i), ticks=False) for i, job in enumerate(jobs)]
     paired_engine.run_group(jobs, collectors, directory, caches or [None] * len(jobs), None)
     return collectors

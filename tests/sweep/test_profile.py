@@ -90,7 +90,7 @@ def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
 
 def test_an_interrupted_profile_keeps_every_point_with_its_timings(job, tmp_path, monkeypatch):
     monkeypatch.setattr(unpaired_engine.manager, "run", fake_measure([], profile_fault="worker killed by SIGKILL"))
-    monkeypatch.setattr(interrupts, "pending", lambda: signal.SIGINT)
+    monkeypatch.setattr(stopping, "pending", lambda: signal.SIGINT)
     with pytest.raises(stopping.Signalled):
         unpaired_engine.run_job(job, tmp_path)
     kept = [records.Record.load(d) for d in sorted((tmp_path / "points").iterdir())]  # each saved as it ends
