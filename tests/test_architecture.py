@@ -29,7 +29,8 @@ def functions(root: Path = ROOT / "experiments"):
                 yield path, fn, lines
 
 
-CONTRACTS = [c["name"] for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]]
+CONTRACTS = [c["name"] for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+    "contracts"]]
 LAYERS, ALONE, MODELS, MLFLOW, MATPLOTLIB, WORKER, ACYCLIC = CONTRACTS  # in pyproject.toml's order
 
 

@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from experiments.compare import along_axis, paired  # the sweep's door and its records: only once the arguments parse
+    # the sweep's door and its records: only once the arguments parse
+    from experiments.compare import along_axis, paired
     from experiments.store.uris import store_uri
 
     key, _ = paired.axis(a.axis)

@@ -21,8 +21,8 @@ def judged():
     level = {"0.10.2": 1.4e-3}
     s = regressions.series(pd.DataFrame(rows), "jax_version",
                            lambda run_id, op: list(level.get(run_id.split("-")[0], 1e-3) * rng.lognormal(0, 0.02, 5)))
-    return regressions.History(s, regressions.regressions(s, 0.05, 0.05), regressions.axis(pd.DataFrame(rows),
-                                                                                           "jax_version"), "jax_version")
+    values = regressions.axis(pd.DataFrame(rows), "jax_version")
+    return regressions.History(s, regressions.regressions(s, 0.05, 0.05), values, "jax_version")
 
 
 def test_the_step_is_one_slower_change_since_its_value(judged):
