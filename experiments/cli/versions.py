@@ -73,7 +73,7 @@ def measured(a: argparse.Namespace) -> tuple[int, dict]:
         return across_envs.manage(sources.cache, specs, a.clean), {}
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
-    design = paired(a, len(specs))
+    design = design_of(a, len(specs))
     sweep = across_envs.Sweep("versions", tuple(overrides if design else across_envs.unpaired(overrides)), uri,
                                a.experiment, a.repeats, a.json)
     return versions.compare(versions.Versions(tuple(given), tuple(specs), sweep, sources, design=design,
@@ -81,7 +81,7 @@ def measured(a: argparse.Namespace) -> tuple[int, dict]:
                                               issue=a.issue))
 
 
-def paired(a: argparse.Namespace, specs: int):
+def design_of(a: argparse.Namespace, specs: int):
     """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
     one spec); BadInput naming the fix for a flag that doesn't fit."""
     given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else []) + (["--issue"] if a.issue

@@ -174,7 +174,7 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
 
 def run(a: argparse.Namespace) -> int:
     if a.paired:
-        return paired(a)
+        return promise_of(a)
     a.repeats = a.repeats or 18
     if a.repeats < 2:
         raise BadInput(f"--repeats {a.repeats} must be at least 2 (replicates pair up as A/A): e.g. --repeats 18")
@@ -243,7 +243,7 @@ def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
     return result
 
 
-def paired(a: argparse.Namespace) -> int:
+def promise_of(a: argparse.Namespace) -> int:
     """The paired verdicts' promise, measured here (selfcheck/promise.py)."""
     from experiments.selfcheck import promise  # the sweeps' reader: only with --paired
     from experiments.sweep import commandline  # as in run
