@@ -42,6 +42,20 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
     return regressions.History(s, regressions.regressions(s, threshold, alpha), values, by)
 
 
+def between(sweeps: list, ids: list[str], uri: str, threshold: float, alpha: float) -> History:
+    """Each point of the second sweep's selected runs judged against the first's (`sweeps`: their report.tables.tidy
+    rows; `ids`: their run ids), as `judged` judges a step along an axis of two values, 1 and 2; BadInput where they
+    share no point."""
+    import pandas as pd  # pandas: only once two sweeps are asked for
+
+    point = ["model", "op", "batch_size", "variant"]
+    if not set.intersection(*(set(map(tuple, t[point].values)) for t in sweeps)):
+        raise BadInput(f"sweeps {ids[0]} and {ids[1]} share no point (model, op, batch size, variant): select two "
+                       "sweeps of the same points")
+    t = pd.concat([t.assign(sweep=str(n)) for n, t in enumerate(sweeps, 1)], ignore_index=True)
+    return judged(t, "sweep", uri, threshold, alpha)
+
+
 def as_json(h: History) -> str:
     """What history judged, for a script: {"by", "values", "changes": [...], "points": [...]}."""
     import json  # only for --json

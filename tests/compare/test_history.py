@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from experiments.common.errors import BadInput
 from experiments.compare import history
 from experiments.report import regressions
 
@@ -50,3 +51,10 @@ def test_the_pages_are_written(judged, tmp_path):
     history.write(judged, tmp_path, "history jax_version")
     assert {"report.md", "regressions.csv", "series.csv"} <= {p.name for p in tmp_path.iterdir()}
     assert "history jax_version" in (tmp_path / "report.md").read_text()
+
+
+def test_two_sweeps_without_a_shared_point_name_the_fix():
+    a = pd.DataFrame([{"model": "lenet", "op": "inference", "batch_size": 32, "variant": "jax-jit fp32"}])
+    b = a.assign(model="mlp_relu")
+    with pytest.raises(BadInput, match="sweeps A and B share no point .*: select two sweeps of the same points"):
+        history.between([a, b], ["A", "B"], "sqlite:///unused.db", 0.05, 0.05)
