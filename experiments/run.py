@@ -13,23 +13,23 @@ import hydra
 from omegaconf import DictConfig
 
 from experiments.common.config import register
-from experiments.sweep import commandline, ending, interrupts, job
+from experiments.sweep import commandline, ending, hydra_job, stopping
 
 register()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    job.run(cfg)
+    hydra_job.run(cfg)
 
 
 if __name__ == "__main__":
-    interrupts.install()
-    atexit.register(interrupts.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
+    stopping.install()
+    atexit.register(stopping.ignore)  # runs last: the end of Python's teardown, where a signal would kill outright
     try:
         register(commandline.pythons(sys.argv[1:]))  # a network installed only in the sweep's environments
         commandline.VALIDATED = commandline.validate(sys.argv[1:])
-        interrupts.defer()  # Hydra runs the jobs here: a signal waits for a safe place
+        stopping.defer()  # Hydra runs the jobs here: a signal waits for a safe place
         main()
-    except interrupts.Stop as e:
+    except stopping.Stop as e:
         sys.exit(ending.stopped(e))

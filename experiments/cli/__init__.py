@@ -40,6 +40,7 @@ COMMANDS = {
     "overhead": ("experiments.selfcheck.overhead", "self-check: the harness's own cost, and where a sweep's time goes"),
     "devicecheck": ("experiments.selfcheck.devicecheck", "self-check: an accelerator's path end to end (a TPU or GPU)"),
     "gpucheck": ("experiments.selfcheck.gpucheck", "self-check: devicecheck --device gpu (its name before TPUs)"),
+    "bursts": ("experiments.selfcheck.paired", "self-check: how long a paired comparison's bursts should be here"),
 }
 DESCRIPTION = "nnbench: JAX/Flax vs PyTorch benchmarks. These commands read, compare and repair what sweeps logged, " \
               "and check the harness and the machine."

@@ -14,14 +14,11 @@ per category and top op. The flags override the bench preset's design; bench=qui
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 from experiments.cli.selection import add_design, add_issue, add_uri, design_flags
-from experiments.common.errors import LOST, OK
 from experiments.common.options import writable
-from experiments.measure.verdict import PAIRED_THRESHOLD
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from experiments.compare import paired  # the sweep's door and its records: only once the arguments parse
+    # the sweep's door and its records: only once the arguments parse
+    from experiments.compare import along_axis, paired
     from experiments.store.uris import store_uri
 
     key, _ = paired.axis(a.axis)
@@ -50,23 +48,13 @@ def run(a: argparse.Namespace) -> int:
     overrides = [a.axis, *a.overrides, f"report.along={key}", *design.overrides()]
     paired.check([*overrides, f"mlflow.tracking_uri={uri}", f"mlflow.experiment_name={a.experiment}"], key, design)
     out = a.out or Path(tempfile.mkdtemp(prefix="nnbench-ab-")) / "sweep"
-    code = paired.sweep(overrides, out, uri, a.experiment, quiet=a.json)
+    code, rows = along_axis.compared(along_axis.Along(tuple(overrides), out, uri, a.experiment, quiet=a.json))
     if code in paired.STOPPED:  # the sweep said so in its one line
         return code
-    rows = paired.verdicts(out)
     print(paired.as_json(rows, command="ab", axis=key, sweep_dir=str(out), exit=code) if a.json else
           "\n" + paired.table(rows))
-    if a.markdown:
-        threshold = a.threshold if a.threshold is not None else PAIRED_THRESHOLD
-        with open(a.markdown, "a") as f:  # a CI job summary collects several reports
-            f.write(paired.markdown(rows, f"nnbench ab {a.axis} {' '.join(a.overrides)}", threshold))
-    if a.issue:
-        from experiments.compare import upstream  # the exports and the script: only when asked
-
-        upstream.written(upstream.drafts(rows, out, a.issue, f"nnbench ab {a.axis} {' '.join(a.overrides)}"), a.issue)
-    if code != OK:
-        return code
-    if a.fail_on_regression and (slow := paired.slower(rows)):
-        print(f"nnbench ab: error: slower: {'; '.join(slow)}", file=sys.stderr)
-        return LOST
-    return OK
+    asked = along_axis.Asked(f"nnbench ab {a.axis} {' '.join(a.overrides)}", a.markdown, a.threshold, a.issue,
+                             a.fail_on_regression)
+    along_axis.markdown(rows, asked)
+    along_axis.drafted(rows, out, asked)
+    return along_axis.gate(code, rows, asked, "ab")

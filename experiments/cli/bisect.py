@@ -37,7 +37,7 @@ import argparse
 from experiments.cli.selection import (add_design, add_environments, add_issue, add_pairing, answering,
                                        design_flags, design_given)
 from experiments.common.options import probability, threshold
-from experiments.compare import environments
+from experiments.compare import across_envs
 from experiments.compare.bisection import Bisection, bisect
 from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
 from experiments.store.uris import store_uri
@@ -70,12 +70,12 @@ def run(a: argparse.Namespace) -> int:
 def asked(a: argparse.Namespace) -> Bisection:
     """The command line read into what compare.bisection is asked; BadInput naming the fix for a flag that doesn't
     fit, before anything is listed or built."""
-    sources = environments.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
+    sources = across_envs.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
     t = a.threshold if a.threshold is not None else THRESHOLD if a.unpaired else PAIRED_THRESHOLD
-    design = environments.paired_design(design_flags(a) | {"threshold": t, "profile": a.profile is not False},
+    design = across_envs.paired_design(design_flags(a) | {"threshold": t, "profile": a.profile is not False},
                                         design_given(a) + (["--issue"] if a.issue else []),
                                         "drop --unpaired" if a.unpaired else None, a.repeats)
-    overrides = environments.unpaired(a.overrides) if design is None else a.overrides
-    sweep = environments.Sweep("bisect", tuple(overrides), store_uri(a.uri), a.experiment, a.repeats, a.json)
+    overrides = across_envs.unpaired(a.overrides) if design is None else a.overrides
+    sweep = across_envs.Sweep("bisect", tuple(overrides), store_uri(a.uri), a.experiment, a.repeats, a.json)
     return Bisection(a.package, a.range, sweep, sources, threshold=t, alpha=a.alpha, design=design, pre=a.pre,
                      fail_on_regression=a.fail_on_regression, issue=a.issue)

@@ -82,20 +82,12 @@ def run(a: argparse.Namespace) -> int:
 
 def two_sweeps(a: argparse.Namespace) -> int:
     """Each point of the second sweep against the first: history's verdict along an axis of two values, 1 and 2."""
-    import pandas as pd  # pandas: only once two sweeps are asked for
-
     uri = readable(a.uri)
     ids = [sweep_id(uri, a.experiment, s) for s in a.sweep]
     if ids[0] == ids[1]:
         raise BadInput(f"--sweep {a.sweep[0]} and --sweep {a.sweep[1]} are the same sweep twice ({ids[0]}): give two "
                        "sweeps, e.g. --sweep RUN_ID --sweep last")
-    parts = [select(a, sweep=i)[0].assign(sweep=str(n)) for n, i in enumerate(ids, 1)]
-    t = pd.concat(parts, ignore_index=True)
-    shared = set.intersection(*(set(map(tuple, p[["model", "op", "batch_size", "variant"]].values)) for p in parts))
-    if not shared:
-        raise BadInput(f"sweeps {ids[0]} and {ids[1]} share no point (model, op, batch size, variant): select two "
-                       "sweeps of the same points")
-    h = history.judged(t, "sweep", uri, a.threshold, a.fdr)
+    h = history.between([select(a, sweep=i)[0] for i in ids], ids, uri, a.threshold, a.fdr)
     r = h.regressions
     if a.json:
         print(r.assign(before=ids[0], after=ids[1]).to_json(orient="records", indent=1) if not r.empty else "[]")

@@ -10,8 +10,6 @@ output from another machine. Each (framework, model, batch size) becomes one run
 from __future__ import annotations
 
 import argparse
-import hashlib
-import tempfile
 from pathlib import Path
 
 from experiments.cli.selection import add_uri
@@ -36,30 +34,16 @@ def run(a: argparse.Namespace) -> int:
     if bad := [name for name, sep, mode in pairs if not (name and sep and mode)]:
         raise BadInput(f"--framework-map {a.framework_map!r}: {bad[0]!r} is not NAME=MODE: e.g. --framework-map "
                        "JAX=jax-jit,PyTorch=torch-eager")
-    mapping = {name: mode for name, _, mode in pairs}
     try:
         data = a.file.read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
-        recs = imported_lines.records_of(data.decode(), mapping, a.precision, sha, a.file.name)
+        sha, recs = imported_lines.parsed(data, {name: mode for name, _, mode in pairs}, a.precision, a.file.name)
     except OSError as e:
         raise BadInput(f"cannot read {a.file} ({e.strerror or e}): give a file of TIMING/METADATA lines") from None
     except (ValueError, UnicodeDecodeError) as e:  # lines.BadLine is a ValueError
         raise BadInput(first_line(e)) from None
     uri = validate(a.uri, a.experiment, "--uri")
-    store = tracking.Store(uri)
     try:
-        exp_id = store.open(a.experiment, "--uri")
+        imported_lines.logged(a.file, data, sha, recs, uri, a.experiment)
     except tracking.StoreUnavailable as e:
         raise BadInput(str(e)) from None
-    done = store.find_runs(exp_id, f"tags.import_sha256 = '{sha}'")
-    if len(done):
-        print(f"{a.file} was imported before ({len(done)} runs with import_sha256={sha[:12]}...): nothing added")
-        return OK
-    for rec in recs:
-        with tempfile.TemporaryDirectory() as tmp:
-            rec.save(Path(tmp))
-            (Path(tmp) / a.file.name).write_bytes(data)
-            run_id = store.log_record(exp_id, rec, Path(tmp))
-        print(f"{rec.run_name} -> run {run_id}")
-    print(f"{len(recs)} runs imported from {a.file} into {uri}")
     return OK

@@ -1,27 +1,19 @@
 """The options commands share, read the same way by every command that takes them: the run selection of the reading
 commands (`key=value`, `--filter`, `--sweep`, `--uri`, `--experiment`, `--exclude-noisy`), the store option, the
 paired design (`ab`, `versions`, `bisect`), and where the measuring environments come from and --json's answer
-(`versions`, `bisect`).
-
-`key=a,b` selects either value; a key no run has gets a did-you-mean from the runs' params and tags, and a
-selection that matches nothing says what there is."""
+(`versions`, `bisect`). The runs a selection selects are found in the store (`store.select`)."""
 from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import sys
 from pathlib import Path
 from typing import Callable
 
-from experiments.common.errors import BadInput, first_line
 from experiments.common.options import positive, probability, threshold, writable
-from experiments.store.select import filter_string, pairs_of
-from experiments.store.uris import DEFAULT_URI, failure, readable
-
-# Columns of the selected rows that are no param or tag of a run (report.tables.tidy adds them per op)
-ROW_KEYS = ("op", "variant", "run_date")
-HIDDEN = ("run_id", "run_name", "start_time")  # columns no selection names
+from experiments.store import select as store_select
+from experiments.store.select import Selection
+from experiments.store.uris import DEFAULT_URI
 
 
 def add_uri(p: argparse.ArgumentParser, default: str | None = None) -> None:
@@ -130,80 +122,19 @@ def add_selection(p: argparse.ArgumentParser, sweep: dict | None = None) -> None
                    help="leave out runs tagged noisy=true (other processes used the CPU while they were measured)")
 
 
-def sweep_id(uri: str, experiment: str, given: str | None) -> str | None:
-    """--sweep's run id: `last` is the newest sweep in the store; BadInput where there is none."""
-    from experiments.store import tracking  # mlflow is slow to import: only once a sweep is asked for
-
-    try:
-        return tracking.Store(uri).sweep_run_id(experiment, given)
-    except LookupError as e:
-        raise BadInput(f"{e}: run one (nnbench run -m framework=jax,torch model=lenet), or give --sweep RUN_ID") \
-            from None
-    except Exception as e:
-        raise BadInput(failure(uri, e, "--uri")) from None
-
-
-def search(uri: str, experiment: str, fs: str):
-    """The runs of a filter as report.tables.tidy rows; BadInput for a bad filter or a store that fails."""
-    from experiments.report import tables  # pandas and mlflow are slow to import: only after parsing
-    from experiments.store import tracking
-
-    try:
-        return tables.tidy(tracking.Store(uri).search(experiment, fs))
-    except LookupError as e:  # no such experiment
-        raise BadInput(f"{e}: check --experiment and --uri") from None
-    except Exception as e:
-        text = str(e)
-        if "filter" in text.lower() or "INVALID_PARAMETER_VALUE" in text:  # MLflow's words for a bad --filter
-            raise BadInput(f"{first_line(e)}: fix --filter (e.g. --filter \"params.model = 'lenet'\")") from None
-        raise BadInput(failure(uri, e, "--uri")) from None
+def selection(a: argparse.Namespace, given: str | None = None) -> Selection:
+    """The run selection the command line gives (`given`: the sweep, where --sweep is given more than once)."""
+    return Selection(tuple(a.filters), a.filter, given or a.sweep, a.uri, a.experiment, a.exclude_noisy, a.command)
 
 
 def select(a: argparse.Namespace, sweep: str | None = None, given: str | None = None):
-    """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string; BadInput (one line
-    naming the fix) for a bad pair, a store that can't be read, or nothing selected (saying what there is). The
-    sweep's run id is `sweep`, else the one `given` names (a run id, or last), else --sweep's."""
-    uri = readable(a.uri)
-    sweep = sweep or sweep_id(uri, a.experiment, given or a.sweep)
-    try:
-        pairs = pairs_of(a.filters)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-    single = {k: v for k, v in pairs.items() if len(v) == 1 and k.split(".")[-1] not in ROW_KEYS}
-    fs = filter_string(single, a.filter, sweep)
-    t = search(uri, a.experiment, fs)
-    for key, values in pairs.items():
-        if key not in single and not t.empty:
-            column = key.split(".", 1)[1] if key.startswith(("params.", "tags.")) else key
-            t = t[t[column].astype(str).isin(values)] if column in t else t.iloc[:0]
-    if a.exclude_noisy and not t.empty and "noisy" in t:
-        t = t[t["noisy"] != "true"]
-    if t.empty:
-        raise BadInput(nothing(a, uri, pairs, filter_string({}, a.filter, sweep)))
-    return t, uri, filter_string(pairs, a.filter, sweep)
+    """The selected runs as `report.tables.tidy` rows, the store's URI and the filter string (`store.select.select`);
+    the sweep's run id is `sweep`, else the one `given` names (a run id, or last), else --sweep's."""
+    from experiments.report import tables  # pandas and mlflow are slow to import: only after parsing
+
+    return store_select.select(selection(a, given), tables.tidy, sweep)
 
 
-def nothing(a: argparse.Namespace, uri: str, pairs: dict[str, list[str]], base: str) -> str:
-    """Why a selection matched nothing, in one line: what the runs without the pairs hold."""
-    every = search(uri, a.experiment, base)
-    where = f"in experiment {a.experiment!r} at {uri}" + (f" ({base})" if base else "")
-    if every.empty:
-        return (f"no measured runs {where}: run a sweep (nnbench run -m framework=jax,torch model=lenet)" if not base
-                else f"no measured runs {where}: fix --sweep / --filter")
-    for key, values in pairs.items():
-        column = key.split(".", 1)[1] if key.startswith(("params.", "tags.")) else key
-        if column not in every:
-            keys = [c for c in every.columns if c not in HIDDEN and every[c].notna().any()]
-            near = difflib.get_close_matches(column, keys, n=3)
-            return (f"no run has a param or tag {column!r}: " + (f"did you mean {' or '.join(near)}?" if near else
-                    f"use one of {', '.join(sorted(keys)[:30])}"))
-        have = sorted(every[column].dropna().astype(str).unique(), key=lambda v: (len(v), v))
-        if not set(values) & set(have):
-            near = difflib.get_close_matches(values[0], have, n=1)
-            hint = f"did you mean {column}={near[0]}? " if near else ""
-            return (f"{column}={','.join(values)} matches no run {where}: {hint}{column} is one of "
-                    f"{', '.join(have[:20])}")
-    if a.exclude_noisy:
-        return f"every run that matches is tagged noisy=true {where}: drop --exclude-noisy, or measure again"
-    said = " ".join(f"{k}={','.join(v)}" for k, v in pairs.items())
-    return f"no run has {said} together {where}: drop a pair (nnbench {a.command} without it lists what there is)"
+def sweep_id(uri: str, experiment: str, given: str | None) -> str | None:
+    """--sweep's run id: `last` is the newest sweep in the store."""
+    return store_select.sweep_id(uri, experiment, given)

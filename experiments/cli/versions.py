@@ -34,7 +34,7 @@ from experiments.cli.selection import (add_design, add_environments, add_issue, 
                                        design_flags, design_given)
 from experiments.common.errors import BadInput
 from experiments.common.options import writable
-from experiments.compare import environments, versions
+from experiments.compare import across_envs, versions
 from experiments.store.uris import store_uri, validate
 
 SPEC = re.compile(r"[=!<>~]=")
@@ -64,24 +64,24 @@ def run(a: argparse.Namespace) -> int:
 
 def measured(a: argparse.Namespace) -> tuple[int, dict]:
     """The command line read into what compare.versions is asked; its exit code and answer."""
-    sources = environments.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
+    sources = across_envs.sources(a.index_url, a.find_links, a.extra_index_url, a.installer, a.cache)
     # a spec is told from an override by its comparison (jax==0.10.0); anything else with = is an override
     overrides = [s for s in a.specs if "=" in s and not SPEC.search(s)] + a.overrides
     given = [s for s in a.specs if s not in overrides]
-    specs = environments.specs(given) if given or not (a.list or a.clean) else []
+    specs = across_envs.specs(given) if given or not (a.list or a.clean) else []
     if a.list or a.clean:
-        return environments.manage(sources.cache, specs, a.clean), {}
+        return across_envs.manage(sources.cache, specs, a.clean), {}
     uri = store_uri(a.uri)
     validate(a.uri, a.experiment, "--uri")
-    design = paired(a, len(specs))
-    sweep = environments.Sweep("versions", tuple(overrides if design else environments.unpaired(overrides)), uri,
+    design = design_of(a, len(specs))
+    sweep = across_envs.Sweep("versions", tuple(overrides if design else across_envs.unpaired(overrides)), uri,
                                a.experiment, a.repeats, a.json)
     return versions.compare(versions.Versions(tuple(given), tuple(specs), sweep, sources, design=design,
                                               markdown=a.markdown, fail_on_regression=a.fail_on_regression,
                                               issue=a.issue))
 
 
-def paired(a: argparse.Namespace, specs: int):
+def design_of(a: argparse.Namespace, specs: int):
     """The paired design of the flags, checked before anything is built: None for the unpaired sweep (--unpaired, or
     one spec); BadInput naming the fix for a flag that doesn't fit."""
     given = design_given(a) + (["--fail-on-regression"] if a.fail_on_regression else []) + (["--issue"] if a.issue
@@ -91,5 +91,5 @@ def paired(a: argparse.Namespace, specs: int):
     fix = None  # the paired comparison: no fix needed
     if a.unpaired or specs < 2:
         fix = "drop --unpaired" if a.unpaired else "give two or more versions, e.g. jax==0.10.1,0.10.2"
-    return environments.paired_design(design_flags(a), given, fix, a.repeats,
+    return across_envs.paired_design(design_flags(a), given, fix, a.repeats,
                                       "the paired comparison of adjacent versions")

@@ -133,7 +133,7 @@ DEFAULT_BASELINE = "torch-eager fp32"  # the variant ("<mode> <precision>") spee
 # A paired speedup within 1 ± this is "no change" (report.threshold), chosen with `python -m
 # experiments.selfcheck.paired` (docs/evidence.md); and each verdict's significance level (report.alpha).
 PAIRED_THRESHOLD, ALPHA = 0.03, 0.05
-# The config keys a comparison spans: a cell's variants differ in these and in nothing else (sweep.cells).
+# The config keys a comparison spans: a cell's variants differ in these and in nothing else (sweep.paired_engine).
 VARIANT_KEYS = ("framework", "precision", "device", "runtime", "external")
 
 

@@ -163,8 +163,8 @@ class Request(Json):
 
 @dataclass(frozen=True)
 class Export(Json):
-    """What the parent asks of `python -m experiments.measure.export`: one op of a point, built as a worker builds it,
-    exported to files `out`.* that the framework alone can load (a standalone script's)."""
+    """What the parent asks of `python -m experiments.measure.step_export`: one op of a point, built as a worker
+    builds it, exported to files `out`.* that the framework alone can load (a standalone script's)."""
 
     framework: str
     setup: Setup

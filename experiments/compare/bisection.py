@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.errors import INTERRUPTED, LOST, OK, BadInput
-from experiments.compare import environments
+from experiments.compare import across_envs
 from experiments.compare.bisection_paired import PairedSteps
 from experiments.compare.bisection_unpaired import UnpairedSteps
-from experiments.compare.environments import Range, Sweep
+from experiments.compare.across_envs import Range, Sweep
 from experiments.store.uris import validate
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def bisect(b: Bisection) -> tuple[int, dict]:
     """The first changed version, found and reported; the exit code and the answer (what --json prints)."""
     versions = listed(b)
     validate(b.sweep.uri, b.sweep.experiment, "--uri")
-    job = environments.jobs(b.sweep, lambda: [start_env(b, versions[0])], functools.partial(checked, b))[0]
+    job = across_envs.jobs(b.sweep, lambda: [start_env(b, versions[0])], functools.partial(checked, b))[0]
     return searched(b, Range(b.package, versions, b.sources), job)
 
 
@@ -117,7 +117,7 @@ def checked(b: Bisection, jobs: list) -> None:
         raise BadInput("bisect --unpaired judges versions by their processes, and this sweep measures one per "
                        "version: use bench=default (5 processes), or bench.processes=5, or --repeats 5")
     if b.design is not None:
-        environments.fitted(b.design, jobs)
+        across_envs.fitted(b.design, jobs)
 
 
 def named(b: Bisection, job) -> str:

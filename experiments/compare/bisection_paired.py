@@ -31,15 +31,17 @@ class PairedSteps:
         sides = [self.label(old), self.label(new)]
         row = next((r for r in self.steps if [r["a"], r["b"]] == sides), None)
         if row is None:
-            from experiments.compare import paired  # the sweep and its records: only once measuring
+            from experiments.compare import along_axis, paired  # the sweep and its records: only once measuring
 
             s, out = self.b.sweep, self.out / f"{old}-{new}"
             pythons = ",".join(f"'{self.r.envs[v].python}'" for v in (old, new))
-            code = paired.sweep([f"runtime.python={pythons}", *s.overrides, "report.along=runtime.python",
-                                 *self.b.design.overrides()], out, s.uri, s.experiment, self.parent, quiet=s.quiet)
+            code, rows = along_axis.compared(along_axis.Along((f"runtime.python={pythons}", *s.overrides,
+                                                               "report.along=runtime.python",
+                                                               *self.b.design.overrides()), out, s.uri,
+                                                              s.experiment, self.parent, s.quiet))
             if code in paired.STOPPED:  # the sweep was interrupted (it said so, and closed its runs)
                 raise paired.Stopped()
-            row = step_row(sides, paired.verdicts(out), out)
+            row = step_row(sides, rows, out)
             self.steps.append(row)
             self.r.say(f"{new} against {old}: {step(row)}")
         if row["skipped"]:
@@ -142,11 +144,11 @@ class PairedSteps:
 
     def drafted(self, found, issue: Path) -> None:
         """The first change's upstream report draft, where it is slower (`compare.upstream`)."""
-        from experiments.compare import paired, upstream  # the exports and the script: only when asked
+        from experiments.compare import along_axis, paired  # the exports and the script: only when asked
 
         out = self.out / f"{self.r.versions[found[0]]}-{self.r.versions[found[1]]}"
         command = f"nnbench bisect {self.b.package} {self.b.range} {' '.join(self.b.sweep.overrides)}"
-        upstream.written(upstream.drafts(paired.verdicts(out), out, issue, command), issue)
+        along_axis.drafted(paired.verdicts(out), out, along_axis.Asked(command, issue=issue))
 
 
 def step_row(sides: list[str], rows: list, out: Path) -> dict:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from experiments.common.config import EXTERNAL
 from experiments.common.errors import OK
-from experiments.compare import environments
+from experiments.compare import across_envs
 from experiments.measure.verdict import Comparison, Verdict, judge
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class UnpairedSteps:
         if not todo:
             return
         self.r.say(f"measuring {', '.join(todo)}")
-        environments.across(self.b.sweep, [self.r.envs[v].python for v in todo], self.parent)
+        across_envs.across(self.b.sweep, [self.r.envs[v].python for v in todo], self.parent)
         for v in todo:
             if level := self.stored(v):
                 self.levels[v] = level
@@ -186,18 +186,18 @@ class UnpairedSteps:
                           *([f"note: {note}"] if note and found else []), tail])
 
     def along(self, found, measured: list[str]):
-        """The measured versions as a report.history.History along `<package> version`, the change found its one
+        """The measured versions as a report.regressions.History along `<package> version`, the change found its one
         regression."""
         import pandas as pd  # pandas: only at the end
-        from experiments.report import history
+        from experiments.report import regressions
         from experiments.report.tables import POINT
 
         vs, by = self.r.versions, f"{self.b.package} version"
         t = pd.concat([self.levels[v].rows.assign(**{by: v}) for v in measured], ignore_index=True)
         medians = {run_id: m for v in measured for run_id, procs in self.levels[v].samples.items()
                    for m in [[float(pd.Series(p).median()) for p in procs]]}
-        s = history.series(t, by, lambda run_id, op: medians[run_id])
-        r = history.regressions(s.iloc[:0])
+        s = regressions.series(t, by, lambda run_id, op: medians[run_id])
+        r = regressions.regressions(s.iloc[:0])
         if found:
             lo, hi, v = found
             row = s[s["value"] == vs[hi]].iloc[0]
@@ -207,7 +207,7 @@ class UnpairedSteps:
                 "after_median_s": float(pd.Series(self.levels[vs[hi]].medians).median()), "ratio": v.ratio,
                 "ci95_low": v.ci_low, "ci95_high": v.ci_high, "p_value": v.p_value, "q_value": v.q_value,
                 "verdict": v.verdict, "processes_before": v.processes_old, "processes_after": v.processes_new}])
-        return history.History(s, r, measured, by)
+        return regressions.History(s, r, measured, by)
 
     def report(self, found, note: str, title: str, run) -> tuple[int, dict]:
         """The evidence on the console and in the parent run `run` (its description, the CSVs, a trend plot with the

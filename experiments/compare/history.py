@@ -1,6 +1,6 @@
 """Each point followed along an axis and judged unpaired: what `nnbench history` answers, and what `compare` (two
 sweeps), `versions --unpaired` and `bisect --unpaired` reuse: the runs selected, each point's series judged at its
-change points (report.history), the report in words and as JSON, and its pages logged to a run."""
+change points (report.regressions), the report in words and as JSON, and its pages logged to a run."""
 from __future__ import annotations
 
 import tempfile
@@ -12,7 +12,7 @@ from experiments.common.errors import BadInput
 from experiments.measure.verdict import Verdict
 
 if TYPE_CHECKING:
-    from experiments.report.history import History
+    from experiments.report.regressions import History
 
 
 def selected(uri: str, experiment: str, filter_string: str):
@@ -24,22 +24,36 @@ def selected(uri: str, experiment: str, filter_string: str):
 
 
 def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
-    """The selected runs along `by` (report.history), judged from each run's per-process medians in the store;
+    """The selected runs along `by` (report.regressions), judged from each run's per-process medians in the store;
     BadInput where `by` is no key or has one value."""
-    from experiments.report import history  # pandas and scipy are slow to import: only once runs are selected
+    from experiments.report import regressions  # pandas and scipy are slow to import: only once runs are selected
     from experiments.measure.verdict import process_medians
     from experiments.store import tracking
 
     if by not in t.columns:
         known = sorted(c for c in t.columns if c.endswith(("_version", "_commit", "fingerprint", "_date", "_spec")))
         raise BadInput(f"no tag or param {by!r} in the selected runs: use one of {', '.join(known + ['repeat'])}")
-    values = history.axis(t, by)
+    values = regressions.axis(t, by)
     if len(values) < 2:
         raise BadInput(f"the selected runs have one value of {by} ({', '.join(values) or 'none'}): select runs "
                        "measured at two or more (nnbench versions, or a sweep with runtime.python=A,B)")
     samples = cache(tracking.Store(uri).load_samples)
-    s = history.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
-    return history.History(s, history.regressions(s, threshold, alpha), values, by)
+    s = regressions.series(t, by, lambda run_id, op: process_medians(samples(run_id)[op]))
+    return regressions.History(s, regressions.regressions(s, threshold, alpha), values, by)
+
+
+def between(sweeps: list, ids: list[str], uri: str, threshold: float, alpha: float) -> History:
+    """Each point of the second sweep's selected runs judged against the first's (`sweeps`: their report.tables.tidy
+    rows; `ids`: their run ids), as `judged` judges a step along an axis of two values, 1 and 2; BadInput where they
+    share no point."""
+    import pandas as pd  # pandas: only once two sweeps are asked for
+
+    point = ["model", "op", "batch_size", "variant"]
+    if not set.intersection(*(set(map(tuple, t[point].values)) for t in sweeps)):
+        raise BadInput(f"sweeps {ids[0]} and {ids[1]} share no point (model, op, batch size, variant): select two "
+                       "sweeps of the same points")
+    t = pd.concat([t.assign(sweep=str(n)) for n, t in enumerate(sweeps, 1)], ignore_index=True)
+    return judged(t, "sweep", uri, threshold, alpha)
 
 
 def as_json(h: History) -> str:
@@ -55,12 +69,12 @@ def as_json(h: History) -> str:
 
 def report(h: History, threshold: float, alpha: float) -> str:
     """What history prints: each point's medians along the axis, the regressions table and a count."""
-    from experiments.report import history  # pandas is slow to import: only once runs are selected
+    from experiments.report import regressions  # pandas is slow to import: only once runs are selected
 
     s, r = h.series, h.regressions
-    points = s.groupby(history.POINT, dropna=False).ngroups
-    out = [f"{points} points along {h.by}: {' → '.join(h.values)}", "", history.overview(s, r, h.values), ""]
-    out += [history.regressions_markdown(r), ""] if not r.empty else []
+    points = s.groupby(regressions.POINT, dropna=False).ngroups
+    out = [f"{points} points along {h.by}: {' → '.join(h.values)}", "", regressions.overview(s, r, h.values), ""]
+    out += [regressions.regressions_markdown(r), ""] if not r.empty else []
     counts = r["verdict"].value_counts() if not r.empty else {}
     slower, faster = (counts.get(v, 0) for v in (Verdict.SLOWER, Verdict.FASTER))
     out.append(f"{len(r)} changes ({slower} slower, {faster} faster) in {points} "
@@ -68,7 +82,7 @@ def report(h: History, threshold: float, alpha: float) -> str:
     out.append("verdicts unpaired: each compares the processes measured at one value with those at another, measured "
                "at different times; to compare two environments or variants paired, measured now burst by burst: "
                "nnbench ab AXIS=A,B, or nnbench versions SPECS --paired")
-    if n := history.unjudged(s):
+    if n := regressions.unjudged(s):
         out.append(f"note: {n} points have one process per value and too few values to judge; measure them with "
                    "bench.processes >= 2 (bench=default) or replicates (repeat=0,1,2)")
     return "\n".join(out)

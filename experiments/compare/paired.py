@@ -23,7 +23,7 @@ from experiments.common.protocol import Json
 from experiments.measure.verdict import Verdict
 from experiments.report.profile_change import ProfileChange
 from experiments.store.sweepdir import MARKER
-from experiments.sweep import cells, changes
+from experiments.sweep import changes, paired_engine
 
 STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a sweep's exit codes where a signal stopped it
 SCHEMA = "nnbench.paired/1"  # the JSON of `as_json`: docs/comparing.md#the-json
@@ -126,10 +126,10 @@ def axis(text: str) -> tuple[str, list[str]]:
         near = difflib.get_close_matches(root, known, n=1)
         raise BadInput(f"{root} is not a key of the config{f' (did you mean {near[0]}?)' if near else ''}: "
                        f"e.g. framework=jax,torch or framework.compile=true,false")
-    if not cells.spans(key):
+    if not paired_engine.spans(key):
         raise BadInput(f"{key} fixes a cell, so its values can't be paired: compare values of "
-                       f"{', '.join(cells.VARIANT_KEYS)} (e.g. framework.compile=true,false), or sweep {key} with "
-                       "python -m experiments.run -m")
+                       f"{', '.join(paired_engine.VARIANT_KEYS)} (e.g. framework.compile=true,false), or sweep "
+                       f"{key} with python -m experiments.run -m")
     return key, values
 
 
@@ -150,7 +150,7 @@ def check(argv: list[str], key: str, design: Design) -> list:
 
 
 def fitted(design: Design, jobs: list) -> None:
-    if any(not cells.paired(j) for j in jobs):
+    if any(not paired_engine.paired(j) for j in jobs):
         raise BadInput("framework=external can't be paired: its runner times itself, so its bursts can't be "
                        "interleaved with another worker's; compare it unpaired (python -m experiments.run -m ...)")
     design.fits(jobs)

@@ -1,7 +1,7 @@
 """Upstream report drafts (`--issue DIR` of `versions` and `ab`): for each cell a paired comparison judged slower, a
 folder with a Markdown draft to paste into the framework's tracker (the numbers, the two sides' environments as the
 workers recorded them, nnbench's command) and a standalone script that shows the change with the framework alone:
-each side's step exported in its own environment (`measure.export`), timed taking turns by `standalone.py`. Parent
+each side's step exported in its own environment (`measure.step_export`), timed taking turns by `standalone.py`. Parent
 side."""
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def exported(rec: Record, r: CellVerdict, out: Path) -> Side:
                   str(fw["compile_mode"]), str(fw["memory_format"] or "n/a"), fw["threads"])
     request = Export(str(fw["name"]), setup, dict(c["model"]), int(c["seed"]), r.op, r.batch_size, str(out))
     python = c["runtime"]["python"] or sys.executable
-    done = subprocess.run([python, "-m", "experiments.measure.export", request.to_json()], cwd=ROOT,
+    done = subprocess.run([python, "-m", "experiments.measure.step_export", request.to_json()], cwd=ROOT,
                           env=manager.environ(), capture_output=True, text=True, timeout=900)
     if done.returncode:
         why = (done.stderr.strip() or f"exit {done.returncode}").splitlines()[-1]

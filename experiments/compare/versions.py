@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from experiments.common.errors import LOST, OK, BadInput
-from experiments.compare import environments, history
-from experiments.compare.environments import Sweep
-from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
+from experiments.common.errors import OK, BadInput
+from experiments.compare import across_envs, history
+from experiments.compare.across_envs import Sweep
+from experiments.measure.verdict import ALPHA, THRESHOLD
 
 if TYPE_CHECKING:
     from experiments.harness.envs import Sources
@@ -41,7 +41,7 @@ class Versions:
 def compare(v: Versions) -> tuple[int, dict]:
     """The environments built and compared; the exit code and the answer (what --json prints)."""
     built_once = functools.cache(lambda: build(v.specs, v.sources))  # built once, by the door or here
-    environments.jobs(v.sweep, built_once, functools.partial(environments.fitted, v.design) if v.design else
+    across_envs.jobs(v.sweep, built_once, functools.partial(across_envs.fitted, v.design) if v.design else
                       lambda jobs: None)
     built = built_once()
     if v.design:
@@ -82,45 +82,39 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
     """The environments compared paired on every cell, each against the one before it (the paired sweep along
     runtime.python, `nnbench ab runtime.python=A,B,...`), under the versions' parent run; its exit code (1 with
     --fail-on-regression where a version is slower than the one before it) and its answer."""
-    from experiments.compare import paired, upstream  # the sweep and the store: only once the environments exist
+    from experiments.compare import along_axis, paired  # the sweep and the store: only once the environments exist
     from experiments.store import tracking
     from experiments.store.parent import ending, parent_run
 
     s, (name, params) = v.sweep, named(v, built)
     name, out = f"{name} · paired", Path(tempfile.mkdtemp(prefix="nnbench-versions-")) / "sweep"
     pythons = ",".join(f"'{e.python}'" for e in built)
-    overrides = [f"runtime.python={pythons}", *s.overrides, "report.along=runtime.python", *v.design.overrides()]
+    overrides = (f"runtime.python={pythons}", *s.overrides, "report.along=runtime.python", *v.design.overrides())
+    asked = along_axis.Asked(f"nnbench versions {' '.join(v.given)} {' '.join(s.overrides)}", v.markdown,
+                             v.design.threshold, v.issue, v.fail_on_regression)
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params | {"paired": "true"}, kind="versions") as run:
-        code = paired.sweep(overrides, out, s.uri, s.experiment, run.run_id, quiet=s.quiet)
+        along = along_axis.Along(overrides, out, s.uri, s.experiment, run.run_id, s.quiet)
+        code, rows = along_axis.compared(along)
         run.status = ending(interrupted=code in paired.STOPPED, failed=code != OK)
         if code in paired.STOPPED:  # the sweep said so in its one line
             return code, {}
-        rows = paired.verdicts(out)
         answer = json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
                                            sweep_dir=str(out), exit=code)) | {"parent_run_id": run.run_id}
-        reported(v, rows, name, run)
-    if v.issue:
-        upstream.written(upstream.drafts(rows, out, v.issue, f"nnbench versions {' '.join(v.given)} "
-                                                                f"{' '.join(s.overrides)}"), v.issue)
+        reported(rows, asked, name, run)
+    along_axis.drafted(rows, out, asked)
     print(f"\nversions: parent run {run.run_id} ({name}); the sweep's dir (every burst): {out}", file=sys.stderr)
-    if code == OK and v.fail_on_regression and (slow := paired.slower(rows)):
-        print(f"nnbench versions: error: slower: {'; '.join(slow)}", file=sys.stderr)
-        return LOST, answer
-    return code, answer
+    return along_axis.gate(code, rows, asked, "versions"), answer
 
 
-def reported(v: Versions, rows: list, name: str, run) -> None:
-    """The paired verdicts' table on the console, in the Markdown file asked for, and as the parent run's
-    description, which closes it."""
-    from experiments.compare import paired  # the sweep's records: only once measured
+def reported(rows: list, asked, name: str, run) -> None:
+    """The paired verdicts' table on the console, in the Markdown file asked for (`along_axis.Asked`), and as the
+    parent run's description, which closes it."""
+    from experiments.compare import along_axis, paired  # the sweep's records: only once measured
 
     text = paired.table(rows)
     print(f"\n{text}", flush=True)
-    if v.markdown:
-        threshold = v.design.threshold if v.design.threshold is not None else PAIRED_THRESHOLD
-        with open(v.markdown, "a") as f:  # a CI job summary collects several reports
-            f.write(paired.markdown(rows, name, threshold))
+    along_axis.markdown(rows, asked, name)
     with tempfile.TemporaryDirectory() as tmp:
         run.finish(Path(tmp), note=text)
 
@@ -137,7 +131,7 @@ def measure(v: Versions, built: list) -> tuple[int, dict]:
         ("spec", str(e.spec)), ("changes", describe(e.manifest.changes)), ("python", str(e.python)))}
     store = tracking.Store(s.uri)
     with parent_run(store, store.open(s.experiment), name, params, kind="versions") as run:
-        code = environments.across(s, [e.python for e in built], run.run_id)
+        code = across_envs.across(s, [e.python for e in built], run.run_id)
         run.status = ending(failed=code != OK)
         sweeps = store.search(s.experiment, f"tags.mlflow.parentRunId = '{run.run_id}'")
         print(f"\nversions: parent run {run.run_id} ({name})")

@@ -9,7 +9,7 @@ the noise of one value: the larger of
 - from five values on, the spread of the series itself (1.4826 · median |first difference| / √2), which also
   holds what varies between values measured at different times.
 
-With each step then confirmed by the verdict (report.history), simulated flat series of 2-8 values with five
+With each step then confirmed by the verdict (report.regressions), simulated flat series of 2-8 values with five
 processes each, measured interleaved, got a change in 3-5% of series under five values (where only the processes
 tell the noise) and ≤ 1.4% from five on; one +30% step was found exactly in 98-100% of series whose processes
 spread 5%, 79-94% at 10%.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
-from experiments.report.history import History, overview, regressions_markdown
+from experiments.report.regressions import History, overview, regressions_markdown
 from experiments.report.plots import plot_breakdown, plot_lines, plot_speedup, plot_trend
 from experiments.report.tables import breakdown, breakdown_markdown, differences, markdown, summary
 

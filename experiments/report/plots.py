@@ -17,7 +17,7 @@ from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa
 from experiments.measure.verdict import Verdict  # noqa: E402
 
 if TYPE_CHECKING:
-    from experiments.report.history import History
+    from experiments.report.regressions import History
 
 YLABELS = {"median_s": "Time per call (log2 scale)", "throughput_samples_per_s": "Throughput (samples/s) "
            "(log2 scale)", "mfu": "MFU: achieved / calibrated peak FLOP/s (log2 scale)"}

@@ -44,7 +44,7 @@ from experiments.common.child import run_to_end
 from experiments.common.config import README_SWEEP, register
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import positive
-from experiments.report import history
+from experiments.report import regressions
 from experiments.report.tables import POINT, tidy
 from experiments.measure.verdict import Verdict, process_medians, rate, welch
 from experiments.store import tracking
@@ -75,7 +75,8 @@ def coverage(t: pd.DataFrame) -> tuple[float, int, pd.DataFrame]:
 
 
 def replicate_pairs(s: pd.DataFrame) -> list[pd.DataFrame]:
-    """history.series along `repeat`, cut into pairs of replicates (0, 1), (2, 3), ...: independent A/A comparisons."""
+    """regressions.series along `repeat`, cut into pairs of replicates (0, 1), (2, 3), ...: independent A/A
+    comparisons."""
     values = sorted(s["value"].unique(), key=int)
     return [s[s["value"].isin(values[i:i + 2])].assign(position=lambda d: d["value"].map(values[i:i + 2].index))
             for i in range(0, len(values) - 1, 2)]
@@ -92,7 +93,7 @@ def slowed(pair: pd.DataFrame, factor: float) -> pd.DataFrame:
 
 def found(pair: pd.DataFrame, verdicts: tuple[Verdict, ...]) -> tuple[int, int]:
     """(points with a change of these verdicts between the pair's two values, points), as history judges them."""
-    r = history.regressions(pair)
+    r = regressions.regressions(pair)
     points = pair.groupby(POINT, dropna=False).ngroups
     return int(r["verdict"].isin(verdicts).sum()), points
 
@@ -168,12 +169,12 @@ def series(t: pd.DataFrame, uri: str, by: str) -> pd.DataFrame:
             samples[run_id] = tracking.Store(uri).load_samples(run_id)
         return process_medians(samples[run_id][op])
 
-    return history.series(t, by, medians)
+    return regressions.series(t, by, medians)
 
 
 def run(a: argparse.Namespace) -> int:
     if a.paired:
-        return paired(a)
+        return promise_of(a)
     a.repeats = a.repeats or 18
     if a.repeats < 2:
         raise BadInput(f"--repeats {a.repeats} must be at least 2 (replicates pair up as A/A): e.g. --repeats 18")
@@ -242,7 +243,7 @@ def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
     return result
 
 
-def paired(a: argparse.Namespace) -> int:
+def promise_of(a: argparse.Namespace) -> int:
     """The paired verdicts' promise, measured here (selfcheck/promise.py)."""
     from experiments.selfcheck import promise  # the sweeps' reader: only with --paired
     from experiments.sweep import commandline  # as in run

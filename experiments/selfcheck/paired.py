@@ -1,6 +1,6 @@
 """How long a paired comparison's bursts should be here, and what it then resolves:
-`python -m experiments.selfcheck.paired [--bursts-ms 20,50,100,200] [--pairs 8] [--side-s 1.5] [--planted]
-[--threads N] [OVERRIDES]`
+`nnbench bursts [--bursts-ms 20,50,100,200] [--pairs 8] [--side-s 1.5] [--planted] [--threads N] [OVERRIDES]`
+(also `python -m experiments.selfcheck.paired ...`, its older name)
 
 A/A: the same point on both sides (default: torch LeNet bs32 inference, fork-started workers), `--pairs` fresh pairs
 per burst length, the burst lengths interleaved pair by pair (so each sees the same machine), each side's bursts
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.common.config import register
-from experiments.common.errors import OK, BadInput, fail
+from experiments.common.errors import OK, BadInput
 from experiments.harness import pairs
 from experiments.measure import machine, stats
 from experiments.measure.verdict import PAIRED_THRESHOLD, Verdict, judge_pairs
@@ -240,11 +240,5 @@ def verdicts(aa, n: int, threads: list[str], out: Path) -> None:
           f"point: median {np.median([v.pairs for c in said.values() for v, _ in c]):g}")
 
 
-if __name__ == "__main__":
-    prog = "python -m experiments.selfcheck.paired"
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    try:
-        sys.exit(run(parser.parse_args()))
-    except BadInput as e:
-        fail(str(e), prog=prog)
+if __name__ == "__main__":  # the command `nnbench bursts`, by its older name: one parser, one interrupt path
+    os.execv(sys.executable, [sys.executable, "-m", "experiments", "bursts", *sys.argv[1:]])

@@ -32,7 +32,7 @@ from experiments.common.child import run_to_end
 from experiments.harness.trials import TRIAL, Trial
 from experiments.measure.verdict import Evidence, rate
 from experiments.store.sweepdir import Sweep
-from experiments.sweep.cells import Answer
+from experiments.sweep.paired_engine import Answer
 
 # The promise (docs/comparing.md#the-promise), over many cells of the default bench: at most 5% of A/A cells called
 # slower or faster, their interval holding 1 in at least 93%, the mean A/A log ratio within ±0.5% whichever side

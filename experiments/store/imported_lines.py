@@ -1,8 +1,12 @@
 """Records from saved TIMING/METADATA lines (seed 000's, plus SAMPLES): one per framework, model and batch
-size, tagged `imported=true` with the file's SHA-256 (what `nnbench import` logs). Parent side."""
+size, tagged `imported=true` with the file's SHA-256, and logged once per file (what `nnbench import` does). Parent
+side."""
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 from experiments.common import lines
 from experiments.common.config import EXTERNAL, OPS, Config, Device, ExternalConf, FrameworkConf, Op, Precision, \
@@ -51,3 +55,32 @@ def records_of(text: str, mapping: dict[str, str], precision: str, sha: str, sou
         rec.tags |= {"imported": "true", "import_sha256": sha, "import_file": source, "imported_name": name}
         out.append(rec)
     return out
+
+
+def parsed(data: bytes, mapping: dict[str, str], precision: str, name: str) -> tuple[str, list[records.Record]]:
+    """A file's bytes as its SHA-256 and the records its lines make (`records_of`); raises lines.BadLine (a
+    ValueError) or UnicodeDecodeError for a file that isn't seed 000's lines."""
+    sha = hashlib.sha256(data).hexdigest()
+    return sha, records_of(data.decode(), mapping, precision, sha, name)
+
+
+def logged(file: Path, data: bytes, sha: str, recs: list[records.Record], uri: str, experiment: str) -> int:
+    """The file's records logged as runs into the store, each with the file beside its record; nothing where a run
+    already holds the file's SHA-256 (imported before). How many runs were logged; tracking.StoreUnavailable for a
+    store that can't be opened."""
+    from experiments.store import tracking  # mlflow is slow to import: only once the file reads
+
+    store = tracking.Store(uri)
+    exp_id = store.open(experiment, "--uri")
+    done = store.find_runs(exp_id, f"tags.import_sha256 = '{sha}'")
+    if len(done):
+        print(f"{file} was imported before ({len(done)} runs with import_sha256={sha[:12]}...): nothing added")
+        return 0
+    for rec in recs:
+        with tempfile.TemporaryDirectory() as tmp:
+            rec.save(Path(tmp))
+            (Path(tmp) / file.name).write_bytes(data)
+            run_id = store.log_record(exp_id, rec, Path(tmp))
+        print(f"{rec.run_name} -> run {run_id}")
+    print(f"{len(recs)} runs imported from {file} into {uri}")
+    return len(recs)

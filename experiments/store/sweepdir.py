@@ -23,6 +23,7 @@ from experiments.store.records import META
 STATE, PROGRESS, PEAKS = "nnbench-sweep.json", "nnbench-progress.log", "nnbench-peaks.json"
 LOCK = "nnbench-sweep.lock"
 MARKER = "mlflow_run_id"  # in a point dir: the id of its run, written as soon as the run is created
+POINTS = "points"  # in a job's dir: a dir per point, <job dir>/points/<slug>/, its record.json written last
 _held: list[int] = []  # lock file descriptors, open for the life of the process
 
 
@@ -38,8 +39,8 @@ class SweepState(Json):
     ended: str | None = None  # how it ended: finished, incomplete, interrupted or stopped; None while it runs
     resumed: dict[str, list[int]] = field(default_factory=dict)  # job number -> batch sizes already in the store
     machine: MachineCheck | None = None  # the machine check the sweep ran before its first job
-    # The jobs measured together, paired, by job number (sweep.cells): the first of each group measures them all.
-    # With every job's config as logged and its environment's fingerprint, so that it can in any process.
+    # The jobs measured together, paired, by job number (sweep.paired_engine): the first of each group measures them
+    # all. With every job's config as logged and its environment's fingerprint, so that it can in any process.
     groups: list[list[int]] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)  # the command line's, as Hydra parsed them (a cell's repro)
     configs: list[dict] = field(default_factory=list)
@@ -135,7 +136,7 @@ class Sweep:
 
     def point_dirs(self) -> list[Path]:
         """Every point saved under the sweep (a record.json is written last, so a half-saved point is not one)."""
-        return sorted(p.parent for p in self.directory.glob(f"**/points/*/{META}"))
+        return saved(self.directory)
 
     def tick(self, n: int = 1) -> str:
         """Count `n` finished measurements; '[done/total, ETA]' for the console. Paired cells may take more trials
@@ -148,3 +149,19 @@ class Sweep:
             return f"[0/{total}]"
         eta = (time.time() - state.start) / done * max(total - done, 0)
         return f"[{done}/{total}, ETA {int(eta) // 60}:{int(eta) % 60:02d}]"
+
+
+def job_dir(out: Path, number: int) -> Path:
+    """Where a paired group's first job, whose Hydra job dir is `out`, saves job `number`'s points."""
+    return out / f"job-{number}"
+
+
+def point_dir(job: Path, slug: str) -> Path:
+    """A point's dir in its job's dir `job`: its record.json, samples, profile and run id marker."""
+    return job / POINTS / slug
+
+
+def saved(directory: Path) -> list[Path]:
+    """Every point dir saved under `directory`, at any depth (a record.json is written last, so a half-saved point
+    is not one)."""
+    return sorted(p.parent for p in directory.glob(f"**/{POINTS}/*/{META}"))

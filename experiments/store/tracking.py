@@ -23,6 +23,8 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")  # an int: sleeps 1 s, then 2 s
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # "🏃 View run" per run on a server
+# A command's output is its table: no "Downloading artifacts: 100%|███" bar per run whose artifact it reads.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # Without a git executable GitPython prints a 15-line banner on each of MLflow's context lookups; quiet, the git
 # tags are simply absent. Read when git is first imported.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")

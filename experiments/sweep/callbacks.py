@@ -18,7 +18,7 @@ from experiments.common.errors import BadInput, fail, first_line
 from experiments.harness import manager
 from experiments.store import uris
 from experiments.store.sweepdir import Sweep, SweepTaken
-from experiments.sweep import commandline, ending, interrupts, preflight
+from experiments.sweep import commandline, ending, preflight, stopping
 from experiments.sweep.opening import ParentRun, open_sweep
 
 log = logging.getLogger("nnbench")
@@ -27,7 +27,7 @@ BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        interrupts.checkpoint()  # a signal while Hydra started: nothing is written yet
+        stopping.checkpoint()  # a signal while Hydra started: nothing is written yet
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = list(config.hydra.overrides.task)
         try:
@@ -49,12 +49,12 @@ class SweepCallback(Callback):
         manager.keep()  # the groups this process measures (Hydra's basic launcher) share their fork servers
         launcher = str(config.hydra.launcher.get("_target_", ""))
         if launcher != BASIC_LAUNCHER:
-            interrupts.at_once()  # the jobs run in the launcher's processes; this process only waits on them
+            stopping.at_once()  # the jobs run in the launcher's processes; this process only waits on them
         if "submitit" in launcher and "Local" in launcher and config.hydra.sweeper.get("max_batch_size") is None:
             log.warning("submitit_local starts every job at once, and timing processes on the same cores slow each "
                         "other: add hydra.sweeper.max_batch_size=1 to measure one job at a time")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        interrupts.checkpoint()  # a signal after the last job: the sweep ends as interrupted
-        interrupts.defer()  # from here a signal waits: the report and the parent's status are written whole
+        stopping.checkpoint()  # a signal after the last job: the sweep ends as interrupted
+        stopping.defer()  # from here a signal waits: the report and the parent's status are written whole
         ending.end(Sweep(Path(config.hydra.sweep.dir).resolve()), config.report)

@@ -11,14 +11,15 @@ from experiments.common.config import VARIANT_KEYS
 from experiments.common.protocol import OpProfile
 from experiments.measure.verdict import Verdict
 from experiments.report.profile_change import ProfileChange
-from experiments.store.records import META, PROFILE, Record
+from experiments.store import sweepdir
+from experiments.store.records import PROFILE, Record
 
 CHANGED = tuple(str(v) for v in Verdict if v.changed)
 
 
 def points(directory: Path) -> dict[Path, Record]:
     """Every point the sweep under `directory` saved, by its dir."""
-    return {d: Record.load(d) for d in sorted(p.parent for p in directory.glob(f"**/points/*/{META}"))}
+    return {d: Record.load(d) for d in sweepdir.saved(directory)}
 
 
 def bases(loaded: dict[Path, Record]) -> dict[Path, Path]:

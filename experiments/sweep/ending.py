@@ -22,7 +22,7 @@ from experiments.harness import manager
 from experiments.store import view
 from experiments.store.records import META
 from experiments.store.sweepdir import MARKER, Sweep, SweepState
-from experiments.sweep import cells, changes, interrupts, opening
+from experiments.sweep import changes, opening, paired_engine, stopping
 
 UPLOAD = "nnbench upload"
 RESUME = "the same command with resume=true measures only what is missing"
@@ -93,7 +93,7 @@ def close_parent(state: SweepState, status: str, o: Outcome, baseline: str = DEF
     store = tracking.Store(state.uri)
     runs = store.children(state.experiment_id, state.parent_run_id)
     t = tables.tidy(runs)
-    evidence = cells.Answer.read_all(sweep_dir) if sweep_dir else []
+    evidence = paired_engine.Answer.read_all(sweep_dir) if sweep_dir else []
     c = o.counts
     metrics = {"points_finished": c["ok"], "points_skipped": c["skipped"], "points_failed": c["failed"],
                "points_interrupted": c["interrupted"]} | ({"sweep_wall_s": wall_s} if wall_s is not None else {})
@@ -169,14 +169,14 @@ def whole(o: Outcome, report, slower: list[str], sweep: Sweep) -> int:
 
 def end(sweep: Sweep, report, what: str = "sweep") -> None:
     """`finish` a sweep or single run (`report`: its config's report keys); exit non-zero when it must. A signal that
-    came while it closed waited until it had closed (interrupts.defer): say so, and exit 128+signal."""
+    came while it closed waited until it had closed (stopping.defer): say so, and exit 128+signal."""
     manager.close_kept()  # the fork servers the sweep's groups shared: nothing is measured from here
     try:
         code = finish(sweep, report)
     except Exception as e:  # the points are on disk; say where, and fail
         fail(f"the {what} could not end cleanly ({first_line(e)}); its points are kept in {sweep.directory}: "
              f"{UPLOAD} {sweep.directory}", 1)
-    if signum := interrupts.pending():
+    if signum := stopping.pending():
         print(f"nnbench: interrupted by {signal.Signals(signum).name} while the {what} closed; it closed all the same",
               file=sys.stderr)
         code = 128 + signum
@@ -184,11 +184,11 @@ def end(sweep: Sweep, report, what: str = "sweep") -> None:
         sys.exit(code)
 
 
-def stopped(e: interrupts.Stop) -> int:
+def stopped(e: stopping.Stop) -> int:
     """After an interrupt or an abort: close the parent (KILLED or FAILED), one line, exit 128+signal or 1."""
-    interrupts.ignore()
+    stopping.ignore()
     manager.close_kept()
-    interrupts.stop_children(None)  # the signal itself was passed on to a launcher's processes once, by the handler
+    stopping.stop_children(None)  # the signal itself was passed on to a launcher's processes once, by the handler
     signum = getattr(e, "signum", None)
     head = (f"nnbench: interrupted by {signal.Signals(signum).name}" if signum else f"nnbench: error: stopped ({e})")
     sweep = opening.ACTIVE

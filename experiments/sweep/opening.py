@@ -13,7 +13,7 @@ from experiments.common.job import Job
 from experiments.measure.machine import check
 from experiments.store import records
 from experiments.store.sweepdir import Sweep, SweepState, without
-from experiments.sweep import cells, interrupts
+from experiments.sweep import paired_engine, stopping
 
 log = logging.getLogger("nnbench")
 
@@ -80,16 +80,16 @@ def open_sweep(directory: Path, jobs: list[Job] | None, uri: str, experiment: st
     machine = check(seconds) if seconds > 0 else None  # before any worker: nothing of ours runs meanwhile
     if machine is not None:
         log.info("%s", machine.line())
-    with interrupts.deferred():  # a signal here must not leave a parent run without a state file
+    with stopping.deferred():  # a signal here must not leave a parent run without a state file
         store = tracking.Store(uri)
         exp_id = store.open(experiment)
         repair.close_stale(store, exp_id)
         resumed, jobs = skip_resumed(store, exp_id, jobs)
         n_jobs, points = (len(jobs), sum(len(j.points) for j in jobs)) if jobs is not None else (None, None)
-        measurements = sum(cells.measurements(j) for j in jobs) if jobs is not None else None
+        measurements = sum(paired_engine.measurements(j) for j in jobs) if jobs is not None else None
         sweep = Sweep(directory)
         state = SweepState(uri, exp_id, None, n_jobs, points, time.time(), measurements, resumed=resumed,
-                           machine=machine, groups=cells.plan(jobs) if jobs else [],
+                           machine=machine, groups=paired_engine.plan(jobs) if jobs else [],
                            configs=[logged(j.config) for j in jobs or []],
                            fingerprints=[j.fingerprint for j in jobs or []],
                            devices=[j.device for j in jobs or []], overrides=list(overrides or []))

@@ -1,7 +1,7 @@
 """A job's points, each through its life in one collector (`Points`): each process's result taken as a worker reports
-it (the unpaired engine's workers, `sweep.processes`, or a paired group's trials, `sweep.cells`), read and saved in
-its dir after its last process, profiled by one more worker (profile=true) and saved again with its profile, then
-logged, between workers. Parent side."""
+it (the unpaired engine's workers, `sweep.unpaired_engine`, or a paired group's trials, `sweep.paired_engine`), read
+and saved in its dir after its last process, profiled by one more worker (profile=true) and saved again with its
+profile, then logged, between workers. Parent side."""
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +22,9 @@ from experiments.common.job import Job
 from experiments.common.protocol import Json, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, Reading, Replaced, read
 from experiments.measure.stats import to_replace
-from experiments.store import records
+from experiments.store import records, sweepdir
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
-from experiments.sweep import console, interrupts, requeue
+from experiments.sweep import console, requeue, stopping
 
 log = logging.getLogger("nnbench")
 NOT_PROFILED = "framework=external runs a runner in another language: nnbench profiles only its own backends"
@@ -118,7 +118,7 @@ class Points:
         i = next(i for i, got in enumerate(self.results) if len(got) == process)
         point, last = self.job.points[i], process == self.job.config.bench.processes - 1
         self.results[i].append(result)
-        if interrupts.pending() and result.failure is not None:  # the signal stopped the worker
+        if stopping.pending() and result.failure is not None:  # the signal stopped the worker
             return self.interrupted(point, self.results[i] if last else [result])
         if not last:
             return self.measured(point, process, result)
@@ -127,7 +127,7 @@ class Points:
             log.info("%s: process %d of %d measured; process %s read far off (%s): measured again after the job's "
                      "processes", records.run_name(self.job, point), process + 1, self.job.config.bench.processes,
                      ", ".join(str(j + 1) for j, _ in far), far[0][1])
-            return interrupts.checkpoint()
+            return stopping.checkpoint()
         self.measured_all(i, result)
 
     def measured_all(self, i: int, result: PointResult | None = None) -> None:
@@ -163,9 +163,9 @@ class Points:
         far and this worker is not the `last` one; else it is saved. A failed result leaves the point as it was."""
         i = self.held.pop(0)
         if result.failure is not None:
-            if interrupts.pending():  # the signal stopped the worker: the point keeps what it had
+            if stopping.pending():  # the signal stopped the worker: the point keeps what it had
                 self.held.insert(0, i)
-                raise interrupts.Signalled(interrupts.pending())
+                raise stopping.Signalled(stopping.pending())
             log.info("%s: measuring it again failed (%s); it keeps its processes",
                      records.run_name(self.job, self.job.points[i]), result.failure)
             return self.measured_all(i)
@@ -178,7 +178,7 @@ class Points:
             return self.again.append(i)
         self.measured_all(i)
 
-    def stopped(self, e: interrupts.Signalled) -> None:
+    def stopped(self, e: stopping.Signalled) -> None:
         """A signal stopped the job between its workers: the saved points keep their timings, unprofiled."""
         for waiting in self.waiting:
             self.unprofiled(waiting, "interrupted", f"interrupted by {e} before it was profiled")
@@ -187,7 +187,7 @@ class Points:
     def release(self, points: list[int]) -> None:
         """Held points saved with the processes they have (the load rule's workers are done or stopped)."""
         for i in points:
-            with contextlib.suppress(interrupts.Signalled):  # the caller raises once
+            with contextlib.suppress(stopping.Signalled):  # the caller raises once
                 self.measured_all(i)
 
     def held_points(self) -> tuple[Point, ...]:
@@ -200,7 +200,7 @@ class Points:
         self.release(self.held)
         self.held, self.again = self.again, []
 
-    def stop_remeasuring(self, e: interrupts.Signalled) -> None:
+    def stop_remeasuring(self, e: stopping.Signalled) -> None:
         """A signal stopped a load-rule worker: every held point saved with the processes it has, unprofiled."""
         self.release(self.held + self.again)
         self.held, self.again = [], []
@@ -222,7 +222,7 @@ class Points:
         what = f"FAILED: {result.failure}" if result.failure else "measured"
         n = self.job.config.bench.processes
         log.info("%s %s: process %d of %d %s", self.tick(), records.run_name(self.job, point), process + 1, n, what)
-        interrupts.checkpoint()  # a point's record comes after its last process
+        stopping.checkpoint()  # a point's record comes after its last process
 
     def save(self, point: Point, results: list[PointResult], interrupted: str | None = None,
              replaced: tuple[Replaced, ...] = ()) -> Saved:
@@ -237,21 +237,21 @@ class Points:
         rec = records.build(self.job, reading)
         if self.job.config.profile and not self.profiles:
             rec = records.without_profile(rec, "unavailable", NOT_PROFILED)
-        saved = Saved(point, reading, rec, self.job_dir / "points" / rec.slug)
+        saved = Saved(point, reading, rec, sweepdir.point_dir(self.job_dir, rec.slug))
         rec.save(saved.directory)
         return saved
 
     def interrupted(self, point: Point, results: list[PointResult]) -> None:
         """The point the worker was measuring when the signal came: kept as interrupted (MLflow status KILLED)."""
-        signum = interrupts.pending()
+        signum = stopping.pending()
         if self.in_launcher and requeue.runs_again(signum):  # left to the job's next run, not recorded
             log.info("%s: left to the job's next run", records.run_name(self.job, point))  # no tick: not measured
-            raise interrupts.Signalled(signum)
+            raise stopping.Signalled(signum)
         why = f"interrupted by {signal.Signals(signum).name} while this point was measuring"
         saved = self.save(point, results, why)
         log.info("%s %s: INTERRUPTED (%s)", self.tick(), saved.record.run_name, saved.reading.interrupted)
         self.queued.append(saved)
-        raise interrupts.Signalled(signum)
+        raise stopping.Signalled(signum)
 
     def cut(self, i: int, why: str) -> None:
         """Point i as its processes so far measured it, saved as interrupted (KILLED) and queued to be logged."""
@@ -266,13 +266,13 @@ class Points:
                  console.point_line(saved.reading, saved.record.tags, saved.profile))
         self.done.append(saved)
         self.queued.append(saved)
-        interrupts.checkpoint()
+        stopping.checkpoint()
 
     def unprofiled(self, saved: Saved, status: str, why: str) -> None:
         """A point that keeps its timings without a profile (failed or interrupted); saved and passed on."""
         saved.record = records.without_profile(saved.record, status, why)
         saved.record.save(saved.directory)
-        with contextlib.suppress(interrupts.Signalled):  # the caller raises once
+        with contextlib.suppress(stopping.Signalled):  # the caller raises once
             self.finished(saved)
 
     def to_profile(self) -> tuple[Point, ...]:
@@ -295,12 +295,12 @@ class Points:
         """The profiling worker's line for its next point: the point's record again, with the profile; after a signal
         stopped it, this point and the rest keep their timings, unprofiled."""
         saved = self.profiling.pop(0)
-        if result.failure is not None and (signum := interrupts.pending()):
+        if result.failure is not None and (signum := stopping.pending()):
             for rest in [saved, *self.profiling]:
                 self.unprofiled(rest, "interrupted", f"interrupted by {signal.Signals(signum).name} before it was "
                                 "profiled")
             self.profiling = []
-            raise interrupts.Signalled(signum)
+            raise stopping.Signalled(signum)
         files = self.job_dir / "process-profile" / "files" / f"bs{saved.point.batch_size}"
         try:
             saved.record = records.add_profile(saved.record, saved.reading, result, files, saved.directory)

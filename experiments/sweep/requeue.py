@@ -28,7 +28,7 @@ from experiments.common.job import Job
 from experiments.store import records
 from experiments.store.records import META
 from experiments.store.sweepdir import SweepState, without
-from experiments.sweep import interrupts
+from experiments.sweep import stopping
 
 log = logging.getLogger("nnbench")
 _submitit: tuple[int, Callable] | None = None  # submitit's signal in this job, and its handler
@@ -36,7 +36,7 @@ _submitit: tuple[int, Callable] | None = None  # submitit's signal in this job, 
 
 def signals() -> tuple[int, ...]:
     """The signal submitit handles in a SLURM job (USR2 unless SUBMITIT_PREEMPT_SIGNAL names another), for
-    `interrupts` to take over; its handler is kept for `leave`. None outside a submitit SLURM job."""
+    `stopping` to take over; its handler is kept for `leave`. None outside a submitit SLURM job."""
     global _submitit
     if os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
         return ()
@@ -77,7 +77,7 @@ def runs_again(signum: int | None) -> bool:
 def leave(signum: int, job_dir: Path) -> str:
     """Hand the job back to SLURM: exit without a result, so the sweep waits for the job's next run. Returns why
     it can't where submitit does not requeue (too many time limits, `max_num_timeout`)."""
-    interrupts.ignore()  # the SIGTERM that SLURM sends every process of a job it requeues
+    stopping.ignore()  # the SIGTERM that SLURM sends every process of a job it requeues
     if _submitit is not None and signum == _submitit[0]:
         log.warning("job %s: SLURM signalled its time limit (or a preemption): its worker is stopped, and submitit "
                     "requeues the job if it may", job_dir)

@@ -11,7 +11,7 @@ import pytest
 
 from experiments.measure.reading import Paired
 from experiments.selfcheck import planted as plant
-from experiments.store import records
+from experiments.store import records, sweepdir
 from tests.helpers import run_cache, with_store
 
 # nnbench-planted's releases for the paired commands (version: its network's extra matmuls, experiments/selfcheck/
@@ -33,7 +33,7 @@ def paired_point(sweep_dir: Path, variant: str, baseline: str, judged, params: d
     reading = SimpleNamespace(ops={}, paired=Paired(variant, baseline, {params["ops"]: judged}))
     records.Record(f"{params['model']} bs{params['batch_size']} {variant}", slug, "ok", params,
                    records.paired_metrics(reading), records.paired_tags(reading)).save(
-        sweep_dir / "0" / "job-1" / "points" / slug)
+        sweepdir.point_dir(sweepdir.job_dir(sweep_dir / "0", 1), slug))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 
 from experiments.common.columns import PAIRED
-from experiments.compare import bisection, environments, paired, upstream
+from experiments.compare import across_envs, bisection, paired, upstream
 from experiments.measure.verdict import Verdict, judge_pairs
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT, paired_point
@@ -60,12 +60,12 @@ def planted_steps(monkeypatch):
 def bisected(uri: str, issue=None) -> tuple[int, dict]:
     """A paired bisect of VERSIONS on the planted network's one cell, each version's environment at /envs/<v> (a
     draft of the first change into the folder `issue`, as --issue asks): its exit code and answer."""
-    sweep = environments.Sweep("bisect", tuple(PLANTED_POINT), uri, "nnbench")
+    sweep = across_envs.Sweep("bisect", tuple(PLANTED_POINT), uri, "nnbench")
     b = bisection.Bisection(plant.PROJECT, "1.0..1.4", sweep, None, DESIGN.threshold, DESIGN.alpha, DESIGN,
                             issue=issue)
     job = SimpleNamespace(config=SimpleNamespace(model={"name": plant.NAME}), variant="torch-eager fp32",
                           points=[SimpleNamespace(batch_size=32, ops=("inference",))])
-    r = environments.Range(plant.PROJECT, VERSIONS, None)
+    r = across_envs.Range(plant.PROJECT, VERSIONS, None)
     r.envs = {v: SimpleNamespace(python=f"/envs/{v}/bin/python") for v in VERSIONS}
     return bisection.searched(b, r, job)
 

@@ -204,7 +204,7 @@ def test_the_gate_fails_only_where_a_version_is_slower_than_the_one_before(paire
     (The sweep stands in, saving B's point as the paired sweep does; the real A/A is the `compared` fixture's.)"""
     from types import SimpleNamespace
 
-    from experiments.compare import environments, paired, versions
+    from experiments.compare import across_envs, paired, versions
     from experiments.measure.verdict import judge_pairs
 
     label = "torch-eager fp32 runtime.python={}".format
@@ -217,7 +217,7 @@ def test_the_gate_fails_only_where_a_version_is_slower_than_the_one_before(paire
 
     monkeypatch.setattr(paired, "sweep", sweep)
     built = [SimpleNamespace(python=f"/envs/{v}/bin/python", spec=f"{plant.PROJECT}=={v}") for v in ("1.0", "1.1")]
-    v = versions.Versions((f"{plant.PROJECT}==1.0,1.1",), (), environments.Sweep("versions", tuple(TORCH), paired_store,
+    v = versions.Versions((f"{plant.PROJECT}==1.0,1.1",), (), across_envs.Sweep("versions", tuple(TORCH), paired_store,
                           "nnbench"), None, paired.Design(pairs=4, threshold=0.1), fail_on_regression=True)
     got, answer = versions.compare_paired(v, built)
     out, err = capsys.readouterr()
@@ -239,13 +239,13 @@ def test_a_paired_sweep_stopped_by_a_signal_ends_the_versions_killed(paired_stor
     import time
     from types import SimpleNamespace
 
-    from experiments.compare import environments, paired, versions
+    from experiments.compare import across_envs, paired, versions
 
     asked = []
     monkeypatch.setattr(paired, "sweep", lambda overrides, out, uri, experiment, parent=None, quiet=False:
                         asked.append((overrides, parent)) or 130)
     built = [SimpleNamespace(python=f"/envs/{v}/bin/python", spec=f"{plant.PROJECT}=={v}") for v in ("1.0", "1.1")]
-    sweep = environments.Sweep("versions", tuple(TORCH), paired_store, "nnbench")
+    sweep = across_envs.Sweep("versions", tuple(TORCH), paired_store, "nnbench")
     v = versions.Versions((f"{plant.PROJECT}==1.0,1.1",), (), sweep, None, paired.Design(pairs=2),
                           fail_on_regression=True)
     t0 = time.time()

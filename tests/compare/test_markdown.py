@@ -8,7 +8,7 @@ from markdown_it import MarkdownIt
 from experiments.compare import paired
 from experiments.harness.pairs import Cell
 from experiments.measure.verdict import Verdict
-from experiments.sweep.cells import repro
+from experiments.sweep.paired_engine import repro
 
 OVERRIDES = ["framework=jax,torch", "model=lenet", "report.along=framework"]
 THRESHOLD = 0.03

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from experiments.harness import manager
-from experiments.sweep import preflight, processes
+from experiments.sweep import preflight, unpaired_engine
 from experiments.common.protocol import Point, Request, Setup
 from tests.helpers import budget
 from tests.helpers.faults import processes_under
@@ -46,7 +46,7 @@ def test_hang_times_out_per_point(tmp_path, fake_python, monkeypatch):
 def test_failed_point_becomes_a_failed_record(tmp_path, fake_python, monkeypatch, make_cfg):
     monkeypatch.setenv("FAKE_FAULT", "segv")
     cfg = make_cfg("framework=torch", "model=lenet", "bench=quick", f"runtime.python={fake_python}")
-    recs = processes.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "job").records
+    recs = unpaired_engine.run_job(preflight.job(preflight.typed(cfg)), tmp_path / "job").records
     assert [r.outcome for r in recs] == ["ok", "failed", "ok", "failed"]
     failed = recs[1]
     assert failed.status == "FAILED" and "SIGSEGV" in failed.tags["failure_reason"]

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.report import changepoints, history
+from experiments.report import changepoints, regressions
 
 
 def groups(rng, levels, k=5, spread=0.05):
@@ -35,7 +35,7 @@ def test_one_process_per_value_and_a_short_series_is_not_judged():
 
 
 def series(values, gs, op="inference"):
-    """history.series rows for one point."""
+    """regressions.series rows for one point."""
     return pd.DataFrame([{"model": "lenet", "op": op, "batch_size": 32, "variant": "jax-jit fp32", "device": "cpu",
                           "value": v, "position": i, "runs": 1, "processes": len(g), "median_s": float(np.median(g)),
                           "process_medians_s": g, "run_ids": f"r{i}"} for i, (v, g) in enumerate(zip(values, gs))])
@@ -44,12 +44,13 @@ def series(values, gs, op="inference"):
 def test_the_regressions_table_names_where_before_after_and_the_ratio():
     values = [f"1.{i}" for i in range(8)]
     s = series(values, groups(np.random.default_rng(1), [20e-3] * 5 + [26e-3] * 3))
-    r = history.regressions(s)
+    r = regressions.regressions(s)
     assert len(r) == 1
     row = r.iloc[0]
     assert (row["where"], row["before"], row["after"], row["verdict"]) == ("1.5", "1.0…1.4", "1.5…1.7", "slower")
     assert row["ci95_low"] <= 1.3 <= row["ci95_high"] and (row["processes_before"], row["processes_after"]) == (25, 15)
-    assert "▲ " in history.overview(s, r, values) and "1.0…1.4 → 1.5…1.7" in history.regressions_markdown(r)
+    assert "▲ " in regressions.overview(s, r, values)
+    assert "1.0…1.4 → 1.5…1.7" in regressions.regressions_markdown(r)
 
 
 @pytest.mark.parametrize("n", [2, 3, pytest.param(5, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
@@ -59,5 +60,5 @@ def test_flat_series_rarely_get_a_change(n):
     rng = np.random.default_rng(n)
     frames = [series([str(i) for i in range(n)], groups(rng, [1e-3] * n, spread=0.1)).assign(model=f"m{t}")
               for t in range(400)]
-    hits = sum(not history.regressions(f).empty for f in frames)
+    hits = sum(not regressions.regressions(f).empty for f in frames)
     assert hits <= 36, hits  # 5% of 400 is 20; 36 is beyond it by four binomial standard deviations

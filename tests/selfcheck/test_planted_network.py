@@ -54,7 +54,7 @@ def test_the_door_checks_a_network_only_the_environments_declare(built, monkeypa
     overrides are checked again once the environments are built, with their networks; a model no environment
     declares is still one line."""
     from experiments.common.errors import BadInput
-    from experiments.compare.environments import Sweep, jobs
+    from experiments.compare.across_envs import Sweep, jobs
 
     monkeypatch.setattr(sys, "path", list(sys.path))  # register appends the environments' site-packages to a copy
     overrides = (f"model={planted.NAME}", "model.n=64", "framework=torch", "ops=[inference]")

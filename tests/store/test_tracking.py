@@ -2,10 +2,13 @@
 filled, completed (never logged twice) after a failure, resume's lookup, a parent's description, headline and
 the runs table's columns, and the UI's links."""
 import json
+import sys
+import types
 
 import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
+from mlflow.utils.file_utils import ArtifactProgressBar
 
 from experiments.store import tracking, view
 from experiments.store.records import NOTE, Record
@@ -165,3 +168,23 @@ def test_stores_at_one_uri_read_a_parents_context_once(opened, monkeypatch):
     monkeypatch.setattr(MlflowClient, "get_run", lambda client, run_id: reads.append(run_id) or get_run(client, run_id))
     contexts = [tracking.Store(store.uri).context_of(parent) for _ in range(3)]
     assert reads == [parent] and contexts[0] == contexts[2] and tracking.Store(store.uri) == store
+
+
+def test_opening_the_store_turns_mlflows_download_bar_off(monkeypatch):
+    """MLflow draws "Downloading artifacts: 100%|███" with tqdm, where tqdm is installed, on every download from a
+    tracking server (a command that reads samples would print one per run above its table). The store's module
+    turns it off for the process, unless the user's environment says otherwise. A stand-in tqdm records whether
+    MLflow asks for a bar."""
+    drawn = []
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = lambda **kw: drawn.append(kw["desc"])
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    assert tracking.os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+    with ArtifactProgressBar.files(desc="Downloading artifacts", total=3):
+        pass
+    assert drawn == []
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")  # the stand-in draws when MLflow asks
+    with ArtifactProgressBar.files(desc="Downloading artifacts", total=3):
+        pass
+    assert drawn == ["Downloading artifacts"]

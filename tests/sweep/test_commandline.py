@@ -4,7 +4,7 @@ import pytest
 
 from experiments.common.errors import BadInput
 from experiments.store.sweepdir import STATE
-from experiments.sweep import cells, commandline
+from experiments.sweep import commandline, paired_engine
 
 
 @pytest.mark.slow
@@ -14,7 +14,7 @@ def test_a_sweep_is_its_jobs_typed_validated_and_probed(tmp_path):
     assert v.uri == f"sqlite:///{tmp_path}/m.db"
     assert [(j.mode, j.config.bench.processes) for j in v.jobs] == [("jax-jit", 1), ("torch-eager", 1)]
     assert all(j.fingerprint for j in v.jobs)  # each interpreter was asked whether it can measure
-    assert cells.plan(v.jobs) == [[0, 1]]  # one cell's two variants: measured together, by job 0
+    assert paired_engine.plan(v.jobs) == [[0, 1]]  # one cell's two variants: measured together, by job 0
 
 
 @pytest.mark.parametrize("argv,message", [

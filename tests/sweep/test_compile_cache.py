@@ -3,7 +3,7 @@ compiles (or loads) exactly once, and first_call_s is the cold one. Paired, a gr
 workers load what the first compiled, as the unpaired engine's processes do)."""
 import pytest
 
-from experiments.sweep import preflight, processes
+from experiments.sweep import preflight, unpaired_engine
 from tests.helpers.groups import measured_together
 
 
@@ -16,7 +16,7 @@ def job(make_cfg, *overrides):
 def measured(this, tmp_path, cache):
     """The job's one point, measured paired (three trials of one fresh worker), or unpaired."""
     if not this.config.bench.paired:
-        (rec,) = processes.run_job(this, tmp_path / "job", cache=cache).records
+        (rec,) = unpaired_engine.run_job(this, tmp_path / "job", cache=cache).records
         return rec
     ((rec,),) = (k.records for k in measured_together([this], tmp_path, [cache]))
     return rec

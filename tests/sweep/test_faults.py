@@ -94,20 +94,20 @@ def test_interrupt_during_trials_keeps_the_group_as_interrupted_and_closes_every
 
 DEFERRAL = """
 import os, signal, time
-from experiments.sweep import interrupts
-interrupts.install()
-interrupts.defer()
+from experiments.sweep import stopping
+stopping.install()
+stopping.defer()
 os.kill(os.getpid(), signal.SIGTERM)
-print("went on", interrupts.pending())
+print("went on", stopping.pending())
 try:
-    interrupts.checkpoint()
-except interrupts.Signalled as e:
+    stopping.checkpoint()
+except stopping.Signalled as e:
     print("raised at the checkpoint", e.signum)
-interrupts.at_once()
+stopping.at_once()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)
-except interrupts.Signalled:
+except stopping.Signalled:
     print("raised at once")
 """
 

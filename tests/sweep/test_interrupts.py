@@ -10,7 +10,7 @@ from tests.forked import ROOT
 STOP = """
 import signal, subprocess, time
 import psutil
-from experiments.sweep.interrupts import stop_children
+from experiments.sweep.stopping import stop_children
 
 
 def alive(pid):

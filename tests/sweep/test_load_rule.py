@@ -14,7 +14,7 @@ from experiments.common.protocol import OpResult, Point, PointResult
 from experiments.measure.reading import ESTIMATES
 from experiments.sweep import console
 from experiments.sweep.points import Points
-from experiments.sweep.processes import measure_process, remeasure
+from experiments.sweep.unpaired_engine import measure_process, remeasure
 from tests.helpers import config, ok_op
 
 POINT = Point(32, ("inference",))
@@ -125,7 +125,7 @@ def test_skipped_ops_are_not_judged(tmp_path):
 
 def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_had(tmp_path, monkeypatch):
     from experiments.common import interrupts as noted
-    from experiments.sweep import interrupts
+    from experiments.sweep import stopping
 
     class Stopped(Workers):
         def __call__(self, request, directory, timeout_s, on_result):
@@ -138,7 +138,7 @@ def test_a_signal_while_measuring_again_keeps_the_point_with_the_processes_it_ha
     collector = Points(j, tmp_path)
     for r in range(5):
         measure_process(collector, r, j.request(), workers)
-    with pytest.raises(interrupts.Signalled):
+    with pytest.raises(stopping.Signalled):
         remeasure(collector, j.request(), workers)
     (k,) = collector.done
     assert k.record.outcome == "ok" and len(k.reading.ops["inference"].measurements) == 5

@@ -6,8 +6,8 @@ import pytest
 from experiments.common.protocol import Burst, OpResult, Point, PointResult, Prepared, Ready
 from experiments.harness.pairs import Cell, Compared, Trial, Turn
 from experiments.measure.reading import read
-from experiments.sweep import cells
-from experiments.sweep.processes import between
+from experiments.sweep import paired_engine
+from experiments.sweep.unpaired_engine import between
 from tests.helpers import ok_op
 
 
@@ -49,7 +49,7 @@ def test_each_trial_is_a_process_of_each_variant_and_a_failed_side_fails_only_it
     compared = [Compared(Cell(32, "inference"), [Trial(0, [turn(1.0), turn(2.0)]), Trial(1, [turn(1.1), turn(2.2)])]),
                 Compared(Cell(32, "training"), [crashed, Trial(1, [turn(3.3), turn(None)])])]
     point = Point(32, ("inference", "training"))
-    jax, torch = (cells.results(point, compared, side, fw) for side, fw in ((0, "jax"), (1, "torch")))
+    jax, torch = (paired_engine.results(point, compared, side, fw) for side, fw in ((0, "jax"), (1, "torch")))
     assert [sorted(r.ops) for r in jax] == [["inference"], ["inference", "training"]]  # trial 0's training: failed
     assert jax[1].ops["training"].stats.median_s == pytest.approx(3.3e-3)
     assert jax[0].ops["inference"].measurement.samples_s == [1e-3] * 20 and jax[0].startup_s == 0.5

@@ -9,7 +9,7 @@ from omegaconf.errors import ValidationError
 import models
 from experiments.common.errors import BadInput
 from experiments.harness import manager
-from experiments.sweep import cells, hydra_errors, preflight
+from experiments.sweep import hydra_errors, paired_engine, preflight
 from experiments.common.config import Precision, frameworks
 from experiments.common.protocol import Point
 from tests.helpers import ROOT
@@ -88,14 +88,14 @@ def test_the_jobs_that_differ_only_in_a_variant_key_are_measured_together(make_c
         return [preflight.job(preflight.typed(make_cfg(*keys, "ops=[inference]"))) for keys in product(*sweep)]
 
     frameworks, models_ = ["framework=jax", "framework=torch"], ["model=lenet", "model=mlp_relu"]
-    assert cells.plan(jobs(models_, frameworks)) == [[0, 1], [2, 3]]
-    assert cells.plan(jobs(frameworks, ["precision=fp32", "precision=bf16"], ["batch_size=8", "batch_size=32"])) == [
-        [0, 2, 4, 6], [1, 3, 5, 7]]
-    assert cells.plan(jobs(frameworks, ["bench.paired=false"])) == [[0], [1]]
+    assert paired_engine.plan(jobs(models_, frameworks)) == [[0, 1], [2, 3]]
+    spanned = jobs(frameworks, ["precision=fp32", "precision=bf16"], ["batch_size=8", "batch_size=32"])
+    assert paired_engine.plan(spanned) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert paired_engine.plan(jobs(frameworks, ["bench.paired=false"])) == [[0], [1]]
     runner = ["framework=external", "external.name=Reference",
               "external.command='python runners/reference_runner.py --model {model}'"]
     mixed = jobs(["framework=jax"]) + [preflight.job(preflight.typed(make_cfg(*runner, "ops=[inference]")))]
-    assert cells.plan(mixed) == [[0], [1]]
+    assert paired_engine.plan(mixed) == [[0], [1]]
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu"])

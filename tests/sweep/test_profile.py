@@ -2,7 +2,7 @@
 record is saved before profiling starts and not one of its timings changes; a profiler that fails or is interrupted
 costs the profile, never the point; a runner in another language is not profiled and says why. End to end: both
 frameworks, the report and `compare --profile`. The collector's own cases run on the unpaired engine
-(`processes.run_job`, bench.paired=false), whose profiling the paired one shares.
+(`unpaired_engine.run_job`, bench.paired=false), whose profiling the paired one shares.
 """
 import json
 import signal
@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from experiments.common.protocol import CATEGORIES, OpProfile, OpResult, PointResult, ProfiledOp
 from experiments.store import records
-from experiments.sweep import interrupts, preflight, processes
+from experiments.sweep import preflight, stopping, unpaired_engine
 from tests.harness.test_external import TEMPLATE
 from tests.helpers import BRIEF, nnbench, ok_op, run, runs, with_store
 
@@ -60,9 +60,9 @@ def fake_measure(seen: list, profile_fault: str | None = None):
 
 def test_records_are_saved_before_profiling_and_no_timing_changes(job, tmp_path, monkeypatch, caplog):
     seen = []
-    monkeypatch.setattr(processes.manager, "run", fake_measure(seen))
+    monkeypatch.setattr(unpaired_engine.manager, "run", fake_measure(seen))
     with caplog.at_level("INFO", logger="nnbench"):
-        recs = processes.run_job(job, tmp_path).records
+        recs = unpaired_engine.run_job(job, tmp_path).records
     (before,) = seen  # one profiling worker, started once both points were saved
     assert sorted(before) == ["lenet-torch-eager-fp32-bs128", "lenet-torch-eager-fp32-bs32"]
     for rec in recs:
@@ -80,8 +80,8 @@ def test_records_are_saved_before_profiling_and_no_timing_changes(job, tmp_path,
 
 
 def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
-    monkeypatch.setattr(processes.manager, "run", fake_measure([], profile_fault="worker killed by SIGSEGV"))
-    recs = processes.run_job(job, tmp_path).records
+    monkeypatch.setattr(unpaired_engine.manager, "run", fake_measure([], profile_fault="worker killed by SIGSEGV"))
+    recs = unpaired_engine.run_job(job, tmp_path).records
     assert [r.outcome for r in recs] == ["ok", "ok"]
     for rec in recs:
         assert rec.tags["profile"] == "failed" and rec.tags["profile_reason"].startswith("worker killed by SIGSEGV")
@@ -89,10 +89,10 @@ def test_a_failed_profile_keeps_the_point(job, tmp_path, monkeypatch):
 
 
 def test_an_interrupted_profile_keeps_every_point_with_its_timings(job, tmp_path, monkeypatch):
-    monkeypatch.setattr(processes.manager, "run", fake_measure([], profile_fault="worker killed by SIGKILL"))
-    monkeypatch.setattr(interrupts, "pending", lambda: signal.SIGINT)
-    with pytest.raises(interrupts.Signalled):
-        processes.run_job(job, tmp_path)
+    monkeypatch.setattr(unpaired_engine.manager, "run", fake_measure([], profile_fault="worker killed by SIGKILL"))
+    monkeypatch.setattr(stopping, "pending", lambda: signal.SIGINT)
+    with pytest.raises(stopping.Signalled):
+        unpaired_engine.run_job(job, tmp_path)
     kept = [records.Record.load(d) for d in sorted((tmp_path / "points").iterdir())]  # each saved as it ends
     assert len(kept) == 2 and {r.tags["profile"] for r in kept} == {"interrupted"}
     assert all("interrupted by SIGINT" in r.tags["profile_reason"] and r.outcome == "ok" for r in kept)
@@ -103,7 +103,7 @@ def test_an_external_runner_is_not_profiled_and_says_why(make_cfg, tmp_path):
         "framework=external", "external.name=Reference", f"external.command='{TEMPLATE}'", "model=mlp_relu",
         "batch_size=8", "ops=[inference]", "bench=quick", "profile=true")))
     assert job.workers == 1
-    (rec,) = processes.run_job(job, tmp_path).records
+    (rec,) = unpaired_engine.run_job(job, tmp_path).records
     assert rec.outcome == "ok" and rec.tags["profile"] == "unavailable"
     assert "nnbench profiles only its own backends" in rec.tags["profile_reason"]
 

@@ -15,7 +15,7 @@ from experiments.common.protocol import Point
 from experiments.measure import parity
 from experiments.store import records
 from experiments.store.sweepdir import Sweep, SweepState
-from experiments.sweep import cells, preflight, processes, proof
+from experiments.sweep import paired_engine, preflight, proof, unpaired_engine
 from experiments.sweep.points import Points
 from tests.helpers.groups import measured_together
 from tests.models.test_network import CONV, MLP
@@ -90,14 +90,14 @@ def test_a_network_with_one_framework_is_unchecked_and_its_other_framework_skipp
     jax_job = proof.tagged(job(make_cfg, nets, "conv.py", "framework=jax", "+model.torch_only=true"), tmp_path)
     assert jax_job.tags["parity"] == "unchecked" and "only torch is declared" in jax_job.tags["parity_reason"]
     assert jax_job.tags["flops_source"] == "declared" and jax_job.flops == {}  # conv.py counts its own
-    assert processes.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
+    assert unpaired_engine.lacks(jax_job) == "conv declares no Flax NNX module (flax=...): only torch measures it"
     (collector,) = measured_together([jax_job], tmp_path)  # no worker starts: every point skipped, with the reason
     assert not (tmp_path / "trials").exists()
     assert {k.record.outcome for k in collector.done} == {"skipped"} and len(collector.done) == len(jax_job.points)
-    assert collector.done[0].record.tags["skip_reason_inference"] == processes.lacks(jax_job)
+    assert collector.done[0].record.tags["skip_reason_inference"] == unpaired_engine.lacks(jax_job)
     first = collector.done[0].record
     assert first.tags["parity"] == "unchecked" and first.run_name.startswith("conv · ")
-    assert processes.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
+    assert unpaired_engine.lacks(job(make_cfg, nets, "conv.py", "framework=torch", "+model.torch_only=true")) is None
 
 
 def test_the_framework_a_network_lacks_is_skipped_while_its_cell_is_measured_with_the_other(make_cfg, nets, tmp_path,
@@ -110,9 +110,9 @@ def test_the_framework_a_network_lacks_is_skipped_while_its_cell_is_measured_wit
     sweep = Sweep(tmp_path / "sweep")
     sweep.start(SweepState("sqlite:///x.db", "1", None, 2, 2, 0.0, measurements=2))
     collectors = [Points(j, tmp_path / f"job-{i}", sweep=sweep, ticks=False) for i, j in enumerate(jobs)]
-    cells.run_group(jobs, collectors, tmp_path, [None, None], None)
+    paired_engine.run_group(jobs, collectors, tmp_path, [None, None], None)
     (jax,), (torch,) = (c.records for c in collectors)
-    assert jax.outcome == "skipped" and jax.tags["skip_reason_inference"] == processes.lacks(jobs[0])
+    assert jax.outcome == "skipped" and jax.tags["skip_reason_inference"] == unpaired_engine.lacks(jobs[0])
     assert torch.outcome == "ok" and torch.metrics["inference_median_s"] == 0.001
 
 

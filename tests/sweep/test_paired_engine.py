@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from experiments.common.protocol import Point, PointResult, Ready
 from experiments.measure.reading import read
-from experiments.sweep import cells, console, preflight
+from experiments.sweep import console, paired_engine, preflight
 from tests.helpers import ok_op
 
 TPU = {"device_name": "TPU v5 lite", "precision_policy": "fp32/bf16x6", "sync_policy": "pipelined", "host": "h"}
@@ -17,7 +17,7 @@ def test_jax_on_a_tpu_against_torch_on_the_cpu_states_the_device_and_the_sync(ma
     jax, torch = (preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "bench=quick")))
                   for fw in ("jax", "torch"))
     jax, torch = replace(jax, tags={"parity": "ok"}), replace(torch, tags={"parity": "ok"})
-    said = cells.differences(Ready(TPU, threads=13), jax, Ready(CPU, threads=13), torch)
+    said = paired_engine.differences(Ready(TPU, threads=13), jax, Ready(CPU, threads=13), torch)
     assert said == ("precision policy fp32/bf16x6 vs fp32/tf32-off", "sync pipelined vs synced",
                     "device TPU v5 lite vs cpu", "layout nhwc vs contiguous")
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 
-from experiments.report import history, pages
+from experiments.report import pages, regressions
 
 
 def runs(values, per_value=2, levels=None):
@@ -22,14 +22,14 @@ def medians_of(levels):
 
 
 def test_versions_order_as_versions_and_other_values_as_they_first_ran():
-    assert history.axis(runs(["0.10.0", "0.9.2", "0.10.10", "0.10.2"]), "jax_version") == [
+    assert regressions.axis(runs(["0.10.0", "0.9.2", "0.10.10", "0.10.2"]), "jax_version") == [
         "0.9.2", "0.10.0", "0.10.2", "0.10.10"]
-    assert history.axis(runs(["c3f", "a1b", "b2c"]), "jax_version") == ["c3f", "a1b", "b2c"]  # commits: as they ran
+    assert regressions.axis(runs(["c3f", "a1b", "b2c"]), "jax_version") == ["c3f", "a1b", "b2c"]  # commits: as they ran
 
 
 def test_the_series_gathers_every_run_and_process_of_a_value():
     t = runs(["0.10.1", "0.10.0"])
-    s = history.series(t, "jax_version", medians_of({}))
+    s = regressions.series(t, "jax_version", medians_of({}))
     assert list(s["value"]) == ["0.10.0", "0.10.1"] and list(s["position"]) == [0, 1]
     assert list(s["runs"]) == [2, 2] and list(s["processes"]) == [10, 10]
     assert s["run_ids"].iloc[0] == "0.10.0-0,0.10.0-1"
@@ -38,10 +38,10 @@ def test_the_series_gathers_every_run_and_process_of_a_value():
 def test_history_pages_hold_the_table_the_series_and_a_trend_plot(tmp_path):
     levels = {"0.10.2": 1.4e-3}
     t = runs(["0.10.0", "0.10.1", "0.10.2"])
-    s = history.series(t, "jax_version", medians_of(levels))
-    r = history.regressions(s)
+    s = regressions.series(t, "jax_version", medians_of(levels))
+    r = regressions.regressions(s)
     assert list(r["where"]) == ["0.10.2"] and list(r["verdict"]) == ["slower"]
-    h = history.History(s, r, ["0.10.0", "0.10.1", "0.10.2"], "jax_version")
+    h = regressions.History(s, r, ["0.10.0", "0.10.1", "0.10.2"], "jax_version")
     files = {p.name for p in pages.write_history(h, tmp_path, "t")}
     assert {"report.md", "report.html", "regressions.csv", "series.csv", "trend_lenet_inference.png"} <= files
     assert "▲ 1.4" in (tmp_path / "report.md").read_text()

@@ -2,7 +2,7 @@
 (framework, precision, device, runtime) form a group, and the group's first job measures all of them on one machine,
 as warm workers that take turns (`harness.pairs`); the group's other jobs find their points measured. Each job's
 points are then read, judged against the group's baseline, saved and logged as an unpaired job's are (`sweep.points`,
-`sweep.processes`), once no worker measures. Parent side.
+`sweep.unpaired_engine`), once no worker measures. Parent side.
 
 Hydra's jobs stay what they were (overrides, presets, launchers, `--cfg`); only who measures them changes. On a
 cluster the group runs in its first job, on one node, so no ratio divides two machines."""
@@ -31,7 +31,7 @@ from experiments.measure.stats import summarize
 from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
-from experiments.sweep import console, interrupts, preflight, processes, requeue
+from experiments.sweep import console, preflight, requeue, stopping, unpaired_engine
 from experiments.sweep.points import Points
 
 log = logging.getLogger("nnbench")
@@ -127,7 +127,7 @@ class Group:
     def __init__(self, jobs: list[Job], collectors: list[Points], directory: Path, caches: list[Path | None],
                  peaks: Path | None, overrides: list[str] = ()):
         self.jobs, self.collectors, self.directory, self.overrides = jobs, collectors, directory, list(overrides)
-        self.live = [i for i, j in enumerate(jobs) if processes.lacks(j) is None]  # the jobs with a worker
+        self.live = [i for i, j in enumerate(jobs) if unpaired_engine.lacks(j) is None]  # the jobs with a worker
         live = [jobs[i] for i in self.live]
         self.names, self.bases = labels(live), bases(live, jobs[0].config.report)
         self.sides = [warm(pairs.Side.of(j, name, caches[i], peaks)) for i, j, name in zip(self.live, live, self.names)]
@@ -307,9 +307,9 @@ def profile(collector: Points, cache: Path | None) -> None:
     """One more worker profiles the job's saved points (profile=true; report.profile_changed: the cells judged
     changed), as an unpaired job's does; what it cost, its start included, in one line."""
     start, names = time.perf_counter(), ", ".join(k.record.run_name for k in collector.waiting)
-    measure_one, server = processes.measurer(collector.job, collector.job_dir, cache)
+    measure_one, server = unpaired_engine.measurer(collector.job, collector.job_dir, cache)
     try:
-        processes.profile(collector, measure_one)
+        unpaired_engine.profile(collector, measure_one)
     finally:
         if server is not None:
             manager.done(server)
@@ -324,14 +324,14 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
     the group from the start, as it does the points an unpaired job had in progress)."""
     group = Group(jobs, collectors, out / TRIALS, caches, peaks, overrides)
     for i in (i for i, j in enumerate(jobs) if i not in group.live):
-        collectors[i].skip_all(processes.lacks(jobs[i]))
+        collectors[i].skip_all(unpaired_engine.lacks(jobs[i]))
     if not group.cells:
         return group
     session = pairs.Session(group.sides, group.cells, design(jobs[0]), group.directory, on_trial=progress(group),
-                            checkpoint=interrupts.raise_pending)
+                            checkpoint=stopping.raise_pending)
     try:
         session.run(group.settled)
-    except interrupts.Signalled as e:
+    except stopping.Signalled as e:
         if not (collectors[0].in_launcher and requeue.runs_again(e.signum)):  # else left to the job's next run (SLURM)
             group.keep(session.compared, interrupted=f"interrupted by {e} while the cell's trials ran")
         raise

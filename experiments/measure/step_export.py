@@ -1,4 +1,4 @@
-"""`python -m experiments.measure.export EXPORT`: one op of a point built as a worker builds it, in the point's
+"""`python -m experiments.measure.step_export EXPORT`: one op of a point built as a worker builds it, in the point's
 environment, and exported for a script that runs it with the framework alone (torch.export's .pt2; jax.export's
 serialized StableHLO and its arguments): the backend's `export`. It prints the files it wrote, one a line, or one
 line saying why it can't (exit 3)."""

@@ -22,7 +22,7 @@ from experiments.harness import external, manager
 from experiments.measure.backends import Unsupported, validate_side
 from experiments.measure.machine import prior
 from experiments.store.sweepdir import Sweep, SweepState
-from experiments.sweep import interrupts
+from experiments.sweep import stopping
 from experiments.sweep.points import Points
 
 log = logging.getLogger("nnbench")
@@ -117,7 +117,7 @@ def measure_process(collector: Points, r: int, request: Request, measure: Callab
                 on_result=partial(collector.take, r))
     except Exception:  # a harness bug must not stop the sweep either
         collector.failed(r, traceback.format_exc())
-    except interrupts.Signalled as e:  # the points measured to the end keep their timings, unprofiled
+    except stopping.Signalled as e:  # the points measured to the end keep their timings, unprofiled
         collector.stopped(e)
         raise
     finally:
@@ -138,7 +138,7 @@ def remeasure(collector: Points, request: Request, measure: Callable) -> None:
                     on_result=partial(collector.retake, last=k == bench.remeasure - 1))
         except Exception:  # a harness bug must not stop the sweep either: the points keep what they have
             log.error("measuring far processes again failed: %s", traceback.format_exc().splitlines()[-1])
-        except interrupts.Signalled as e:  # every point keeps what it has, unprofiled
+        except stopping.Signalled as e:  # every point keeps what it has, unprofiled
             collector.stop_remeasuring(e)
             raise
         finally:

@@ -4,7 +4,7 @@ code. Parent side: this runs in the process that runs the sweep, or in a launche
 
 A job never raises an Exception: Hydra's basic launcher would record it as a failed job, launch the next, and
 then skip the end of the sweep (`on_multirun_end` is never called). Its faults become failed points or a logged
-line, and the end of the sweep counts what is missing. Only `interrupts.Stop` (a BaseException) ends the sweep from here.
+line, and the end of the sweep counts what is missing. Only `stopping.Stop` (a BaseException) ends the sweep from here.
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from experiments.common.errors import BadInput, fail, first_line
 from experiments.common.job import Job
 from experiments.common.protocol import PointResult
 from experiments.measure.reading import read
-from experiments.store import records, uris
+from experiments.store import records, sweepdir, uris
 from experiments.store.sweepdir import Sweep, SweepState, SweepTaken
-from experiments.sweep import cells, commandline, ending, interrupts, opening, preflight, processes, proof, requeue
+from experiments.sweep import (commandline, ending, opening, paired_engine, preflight, proof, requeue, stopping,
+                               unpaired_engine)
 from experiments.sweep.points import TIMES, JobTimes, Points, log_point
 
 log = logging.getLogger("nnbench")
@@ -36,12 +37,12 @@ FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # no later point could be sav
 
 def run(cfg: DictConfig) -> None:
     start, hc = time.perf_counter(), HydraConfig.get()
-    interrupts.install(*requeue.signals())  # again in a launcher's process, where the entry point's handlers are not
+    stopping.install(*requeue.signals())  # again in a launcher's process, where the entry point's handlers are not
     logging.raiseExceptions = False  # a full disk: no traceback per log line from Hydra's log file handler
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     in_launcher = multirun and opening.ACTIVE is None  # a launcher's process (joblib, submitit, SLURM)
     if in_launcher:
-        interrupts.defer()  # a signal while the job starts waits for its first checkpoint, below
+        stopping.defer()  # a signal while the job starts waits for its first checkpoint, below
     sweep = Sweep(Path(hc.sweep.dir).resolve() if multirun else out)
     number = hc.job.num if multirun else 0
     try:
@@ -58,17 +59,17 @@ def run(cfg: DictConfig) -> None:
         log.error("job %s not run: %s", out, why)  # its points count as lost at the end of the sweep, which
         return  # closes the parent: a SystemExit here would pass Hydra by and leave the parent RUNNING
     try:
-        with interrupts.graceful():
-            interrupts.checkpoint()
+        with stopping.graceful():
+            stopping.checkpoint()
             collectors = measured(this, group, state, sweep, in_launcher)
         timed(collectors, out, time.perf_counter() - start, this.config.profile or this.config.report.profile_changed)
-    except interrupts.Signalled as e:
+    except stopping.Signalled as e:
         if not in_launcher:
             raise  # this process runs the sweep: it ends the sweep
         return launcher_stopped(e, group, state, out, hc.launcher)
     except OSError as e:
         if e.errno in FATAL:
-            raise interrupts.Aborted(f"{e.strerror}: {e.filename or out}") from None
+            raise stopping.Aborted(f"{e.strerror}: {e.filename or out}") from None
         log.error("job %s stopped by %s; the points it finished are kept in %s", out, e, out)
     except Exception as e:  # a harness bug: the end of the sweep counts the points it lost
         harness_error(out, e)
@@ -83,7 +84,7 @@ def harness_error(out: Path, e: Exception) -> None:
         log.error("%s", traceback.format_exc())
 
 
-def launcher_stopped(e: interrupts.Signalled, group: list[tuple[Job, Path]], state: SweepState, out: Path,
+def launcher_stopped(e: stopping.Signalled, group: list[tuple[Job, Path]], state: SweepState, out: Path,
                      launcher: DictConfig) -> None:
     """A signal stopped the job in a launcher's process (joblib, submitit, SLURM), where the process that runs the
     sweep counts and closes it: at a SLURM time limit the job exits to run again, or, not requeued, its points not
@@ -103,10 +104,11 @@ def measured(this: Job, group: list[tuple[Job, Path]], state: SweepState, sweep:
              in_launcher: bool) -> list[Points]:
     """The job's points, measured with its cell's other variants (paired), or on their own (unpaired): as `members`
     made them, tagged with their model's parity and without what an earlier run of the job saved."""
-    if cells.paired(this):
-        return cells.measure(group, state, sweep, in_launcher)
+    if paired_engine.paired(this):
+        return paired_engine.measure(group, state, sweep, in_launcher)
     ((job, directory),) = group
-    return [processes.run_job(job, directory, state, sweep, state.compile_cache(sweep.directory, job), in_launcher)]
+    cache = state.compile_cache(sweep.directory, job)
+    return [unpaired_engine.run_job(job, directory, state, sweep, cache, in_launcher)]
 
 
 def timed(collectors: list[Points], out: Path, wall_s: float, profile: bool) -> None:
@@ -138,12 +140,12 @@ def members(this: Job, number: int, state: SweepState, sweep_dir: Path, out: Pat
     points in `out/job-<number>`). Each without the points resume found in the store or an earlier run of a
     requeued job saved (SLURM runs a requeued job from its start), tagged with its model's parity and FLOPs."""
     numbers = state.group(number)
-    out_of = {n: out / f"job-{n}" for n in numbers} if cells.paired(this) else {number: out}
+    out_of = {n: sweepdir.job_dir(out, n) for n in numbers} if paired_engine.paired(this) else {number: out}
     group = []
     for n in numbers:
         fingerprint = state.fingerprints[n] if n < len(state.fingerprints) else this.fingerprint
         device = state.devices[n] if n < len(state.devices) else this.device
-        job = this if n == number else state.todo(cells.sibling(state.configs[n], fingerprint, device), n)
+        job = this if n == number else state.todo(paired_engine.sibling(state.configs[n], fingerprint, device), n)
         job = dataclasses.replace(job, fingerprint=job.fingerprint or fingerprint, device=job.device or device,
                                   frameworks=proof.measured_with(state.configs, logged(job.config)["model"]))
         if multirun:
@@ -158,7 +160,7 @@ def fail_the_rest(this: Job, state: SweepState, out: Path, reason: str) -> None:
     done = requeue.saved(this, out)
     for point in [p for p in this.points if p.batch_size not in done]:
         rec = records.build(this, read(point, [PointResult(point.batch_size, failure=reason)]))
-        directory = out / "points" / rec.slug
+        directory = sweepdir.point_dir(out, rec.slug)
         rec.save(directory)
         log.info("%s: FAILED: %s", rec.run_name, reason)
         log_point(state, rec, directory)
