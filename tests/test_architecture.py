@@ -48,12 +48,14 @@ def test_layers_and_no_cycles():
     ("compare/_probe.py", "from experiments.cli import selection", "experiments.compare._probe -> experiments.cli"),
     ("cli/_probe.py", "from experiments.cli import history", "experiments.cli._probe -> experiments.cli.history"),
     ("measure/_probe.py", "import pandas", "experiments.measure._probe -> pandas"),
+    ("stats/_probe.py", "from experiments.measure import stats", "experiments.stats._probe -> experiments.measure"),
+    ("measure/timing.py", "from experiments.stats import paired", "import nothing of the statistics room BROKEN"),
 ])
 def test_a_broken_contract_is_caught(tmp_path, module, line, broken):
     """The contracts can fail, on a copy of the tree (the source is never written): the measuring core importing the
-    store or the parent's tables (where the verdicts live now, beside the worker), one sibling importing another,
-    the sweep importing the paired comparison above it, the comparisons importing a command, a command importing
-    another, and a second module importing mlflow are each reported broken."""
+    store or the parent's tables, the statistics importing the measuring core, a worker's module judging, one sibling
+    importing another, the sweep importing the paired comparison above it, the comparisons importing a command, a
+    command importing another, and a second module importing mlflow are each reported broken."""
     for part in ("experiments", "models"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)

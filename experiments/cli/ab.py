@@ -21,7 +21,7 @@ from pathlib import Path
 from experiments.cli.selection import add_design, add_issue, add_uri, design_flags
 from experiments.common.errors import LOST, OK
 from experiments.common.options import writable
-from experiments.measure.verdict import PAIRED_THRESHOLD
+from experiments.stats.verdicts import PAIRED_THRESHOLD
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from experiments.common.errors import LOST, OK
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 
 
 class PairedSteps:

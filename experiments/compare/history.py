@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.errors import BadInput
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 
 if TYPE_CHECKING:
     from experiments.report.history import History
@@ -27,7 +27,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
     """The selected runs along `by` (report.history), judged from each run's per-process medians in the store;
     BadInput where `by` is no key or has one value."""
     from experiments.report import history  # pandas and scipy are slow to import: only once runs are selected
-    from experiments.measure.verdict import process_medians
+    from experiments.stats.unpaired import process_medians
     from experiments.store import tracking
 
     if by not in t.columns:

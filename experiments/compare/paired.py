@@ -20,7 +20,7 @@ from experiments.common.child import run_to_end
 from experiments.common.config import ROOT, Config
 from experiments.common.errors import BadInput
 from experiments.common.protocol import Json
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.report.profile_change import ProfileChange
 from experiments.store.sweepdir import MARKER
 from experiments.sweep import cells, changes

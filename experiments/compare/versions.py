@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.compare import environments, history
 from experiments.compare.environments import Sweep
-from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
+from experiments.stats.verdicts import ALPHA, PAIRED_THRESHOLD, THRESHOLD
 
 if TYPE_CHECKING:
     from experiments.harness.envs import Sources

@@ -15,7 +15,7 @@ import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.columns import FLAGS
-from experiments.measure.verdict import Evidence, geomean
+from experiments.stats.geomean import Evidence, geomean
 from experiments.report.tables import UNSHOWN, UNSHOWN_LEGEND, markdown, speedups, summary
 
 # Tags of the point runs that say where and with what a sweep ran (its environment line and the parent's tags).

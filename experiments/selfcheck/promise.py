@@ -30,7 +30,8 @@ import numpy as np
 
 from experiments.common.child import run_to_end
 from experiments.harness.trials import TRIAL, Trial
-from experiments.measure.verdict import Evidence, rate
+from experiments.stats.geomean import Evidence
+from experiments.stats.verdicts import rate
 from experiments.store.sweepdir import Sweep
 from experiments.sweep.cells import Answer
 

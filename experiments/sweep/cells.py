@@ -28,7 +28,8 @@ from experiments.harness import manager, pairs
 from experiments.measure.environment import spec_record
 from experiments.measure.reading import Paired
 from experiments.measure.stats import summarize
-from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
+from experiments.stats.geomean import Evidence
+from experiments.stats.paired import PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
 from experiments.sweep import console, interrupts, preflight, processes, requeue

@@ -9,7 +9,8 @@ from collections import Counter
 
 from experiments.common.protocol import PARTS, PointResult, Stats
 from experiments.measure.reading import Reading
-from experiments.measure.verdict import Evidence, PairedComparison
+from experiments.stats.geomean import Evidence
+from experiments.stats.paired import PairedComparison
 
 log = logging.getLogger("nnbench")
 PREFIXED = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
@@ -86,7 +87,7 @@ def timed(op: str, s: Stats) -> str:
 
 
 def set_aside(cells: list[Evidence]) -> None:
-    """A line per trial left out of a cell's verdict (`stats.far_trials`), and why."""
+    """A line per trial left out of a cell's verdict (`outliers.far_trials`), and why."""
     for e in cells:
         for why in e.set_aside:
             log.info("%s %s bs%d, %s against %s: %s; left out of the verdict, kept in trials/", e.model, e.op,

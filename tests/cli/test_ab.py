@@ -13,7 +13,7 @@ from experiments.cli import main
 from experiments.compare import paired
 from experiments.harness import manager
 from experiments.harness.pairs import TRIAL, Trial
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT
 from tests.helpers import BRIEF, fake_interpreter, nnbench, runs, with_store

@@ -13,7 +13,8 @@ import pytest
 
 from experiments.common.columns import PAIRED
 from experiments.compare import bisection, environments, paired, upstream
-from experiments.measure.verdict import Verdict, judge_pairs
+from experiments.stats.paired import judge_pairs
+from experiments.stats.verdicts import Verdict
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT, paired_point
 from tests.helpers import nnbench, with_store

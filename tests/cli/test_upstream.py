@@ -9,7 +9,7 @@ import pytest
 
 from experiments.compare import upstream
 from experiments.compare.paired import CellVerdict
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.store.records import Record
 from tests.cli.conftest import script
 

@@ -7,7 +7,7 @@ from markdown_it import MarkdownIt
 
 from experiments.compare import paired
 from experiments.harness.pairs import Cell
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.sweep.cells import repro
 
 OVERRIDES = ["framework=jax,torch", "model=lenet", "report.along=framework"]

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from experiments.measure.verdict import Evidence
+from experiments.stats.geomean import Evidence
 from experiments.report import answer, pages, tables
 from tests.report.test_report import BASE, PAIRED, fake_runs, paired_runs
 

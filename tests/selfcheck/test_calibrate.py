@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import pandas as pd
 
-from experiments.measure.verdict import Evidence
+from experiments.stats.geomean import Evidence
 from experiments.selfcheck import calibrate, promise
 from tests.helpers import ROOT, nnbench
 

@@ -12,7 +12,8 @@ from experiments.common.columns import PAIRED, PARAMS
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, read
-from experiments.measure.verdict import PairedComparison, Verdict
+from experiments.stats.paired import PairedComparison
+from experiments.stats.verdicts import Verdict
 from experiments.store import records
 from experiments.sweep import preflight
 from tests.helpers import config, ok_op

@@ -1,0 +1,83 @@
+"""The paired verdict, parent side. Paired comparisons (harness/pairs.py: warm workers taking turns in bursts) are
+judged by `judge_pairs`: the unit of evidence is one fresh trial, its log ratio B/A; per cell, Student's t interval
+over the trials' log ratios, and a one-sample t test of them; Benjamini-Hochberg over the cells judged together. A
+cell is judged again after each trial it gets while unsettled (`Looks`), so each look is judged at the level that
+keeps `alpha` over all of them (`look_level`, a Pocock boundary for Student's t), and its spread is never taken
+below what each trial's own rounds leave uncertain (`judge_pairs`' floors). *slower* (*faster*) when q < that level
+and the ratio is beyond 1 ± threshold; *no change* only when the whole interval lies inside 1 ± threshold;
+*inconclusive* otherwise (more trials may settle it); *no verdict* below two trials.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from experiments.stats.looks import Looks
+from experiments.stats.verdicts import ALPHA, PAIRED_THRESHOLD, Verdict, changed, q_values
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """One cell's paired comparison, B against A, from its trials' log ratios."""
+
+    ratio: float  # B/A: exp of the mean of the trials' log ratios; > 1 is slower
+    ci_low: float  # its interval (Student's t over the trials, on the log scale), the one the verdict used:
+    ci_high: float  # at `confidence` at each look, 95% over all the looks together
+    p_value: float  # one-sample t test of the log ratios against 0 (nan: fewer than two trials)
+    q_value: float  # p adjusted over the cells judged together (Benjamini-Hochberg)
+    verdict: Verdict
+    pairs: int
+    confidence: float = math.nan  # the interval's level at this look (`look_level`; nan: no interval)
+    spread: float = math.nan  # the SD of the log ratios the interval used (its own, or its floor where larger)
+
+    @property
+    def conclusive(self) -> bool:
+        """Whether more trials could not change it (harness/pairs.py adds trials until it is, up to a budget)."""
+        return self.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.SAME)
+
+    @property
+    def precision(self) -> float:
+        """The half-width, as a fraction, of the ratio's plain 95% interval at this look (Student's t at its spread,
+        the looks not counted): how precisely its trials have measured it, which the trial budget's target reads
+        (bench.target_ratio_ci); the verdict reads the look's own, wider interval. inf below two trials."""
+        if self.pairs < 2 or self.spread != self.spread:
+            return math.inf
+        from scipy.special import stdtrit  # as in paired_t
+        return math.expm1(float(stdtrit(self.pairs - 1, 0.975)) * self.spread / math.sqrt(self.pairs))
+
+
+def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,
+             spread: float = 0.0) -> tuple[float, float, float, float]:
+    """(ratio, interval low, interval high, p) of B/A from trials' log ratios; nan where there are fewer than two.
+    `spread`: an SD the log ratios' own is raised to where it is smaller (`judge_pairs`' floors)."""
+    x = np.asarray(log_ratios, dtype=float)
+    d = float(x.mean()) if len(x) else 0.0
+    if len(x) < 2:
+        return math.exp(d), math.nan, math.nan, math.nan
+    se = max(float(x.std(ddof=1)), spread) / math.sqrt(len(x))
+    if se == 0:  # identical trials: the ratio is all there is
+        return math.exp(d), math.exp(d), math.exp(d), float(d == 0)
+    from scipy.special import stdtr, stdtrit  # as in welch; Student's t itself, 100× faster than scipy.stats.t's
+    half = float(stdtrit(len(x) - 1, 0.5 + confidence / 2)) * se
+    return math.exp(d), math.exp(d - half), math.exp(d + half), float(2 * stdtr(len(x) - 1, -abs(d) / se))
+
+
+def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED_THRESHOLD, alpha: float = ALPHA,
+                looks: Looks = Looks(), floors: Sequence[float] = ()) -> list[PairedComparison]:
+    """A verdict per cell from its trials' log ratios (B/A), the cells measured in the same trials judged together
+    (one BH family), each at the level `looks` gives, its spread at least its `floors` entry (the trials' own
+    rounds' uncertainty: `Compared.floor`; none given, 0)."""
+    level, floors = looks.level(alpha), list(floors) or [0.0] * len(log_ratios)
+    tests = [paired_t(x, 1 - level, floor) for x, floor in zip(log_ratios, floors)]
+    out = []
+    for x, floor, (ratio, lo, hi, p), q in zip(log_ratios, floors, tests, q_values([p for *_, p in tests])):
+        inside = 1 - threshold <= lo and hi <= 1 + threshold
+        verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, level)
+                   or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))
+        spread = max(float(np.std(x, ddof=1)), floor) if len(x) > 1 else math.nan
+        out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x), 1 - level if len(x) > 1 else math.nan,
+                                    spread))
+    return out
