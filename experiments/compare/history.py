@@ -42,15 +42,22 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
     return history.History(s, history.regressions(s, threshold, alpha), values, by)
 
 
-def as_json(h: History) -> str:
+def answer(h: History) -> dict:
     """What history judged, for a script: {"by", "values", "changes": [...], "points": [...]}."""
-    import json  # only for --json
+    import json  # only for --json: pandas' own JSON of a table (dates, NaN as null), read as plain values
 
     def records(df) -> list[dict]:
         return json.loads(df.to_json(orient="records")) if not df.empty else []
 
-    return json.dumps({"by": h.by, "values": h.values, "changes": records(h.regressions),
-                       "points": records(h.series.drop(columns=["process_medians_s"], errors="ignore"))}, indent=1)
+    return {"by": h.by, "values": h.values, "changes": records(h.regressions),
+            "points": records(h.series.drop(columns=["process_medians_s"], errors="ignore"))}
+
+
+def as_json(h: History) -> str:
+    """`answer` as --json prints it."""
+    import json  # only for --json
+
+    return json.dumps(answer(h), indent=1)
 
 
 def report(h: History, threshold: float, alpha: float) -> str:

@@ -5,7 +5,6 @@ under one parent run tagged nnbench.versions."""
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -97,8 +96,8 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
         if code in paired.STOPPED:  # the sweep said so in its one line
             return code, {}
         rows = paired.verdicts(out)
-        answer = json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
-                                           sweep_dir=str(out), exit=code)) | {"parent_run_id": run.run_id}
+        answer = paired.answer(rows, command="versions", specs=[str(e.spec) for e in built], sweep_dir=str(out),
+                               exit=code) | {"parent_run_id": run.run_id}
         reported(v, rows, name, run)
     if v.issue:
         upstream.written(upstream.drafts(rows, out, v.issue, f"nnbench versions {' '.join(v.given)} "
@@ -164,7 +163,7 @@ def followed(v: Versions, by: str, sweep_id: str, name: str, run) -> dict:
         return {}
     h = history.judged(t, by, s.uri, THRESHOLD, ALPHA)
     print(history.report(h, THRESHOLD, ALPHA))
-    answer = json.loads(history.as_json(h)) | {"parent_run_id": run.run_id}
+    answer = history.answer(h) | {"parent_run_id": run.run_id}
     history.log(h, name, run)
     print(f"\neach point along {by}: nnbench history --by {by} --sweep {sweep_id} --uri {s.uri}")
     return answer

@@ -125,7 +125,7 @@ def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
     for variant, base, op in sorted({(e.variant, e.baseline, e.op) for e in evidence}):
         cells = [e for e in evidence if (e.variant, e.baseline, e.op) == (variant, base, op)]
         r, lo, hi = geomean(cells)
-        verdicts = dict(Counter(e.verdict or "no verdict" for e in cells))
+        verdicts = dict(Counter(str(e.verdict) for e in cells))
         own = tuple(math.exp(-float(np.mean(e.log_ratios))) for e in cells)
         out.append(Overall(variant, base, op, 1 / r, 1 / hi, 1 / lo, True, shown_between(t, variant, base),
                            verdicts, own))

@@ -9,6 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from experiments.common.protocol import Json
+from experiments.stats.paired import PairedComparison
+from experiments.stats.verdicts import Verdict
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,23 @@ class Evidence(Json):
     baseline: str
     trials: list[int]
     log_ratios: list[float]  # log(variant time / baseline time), one per trial
-    verdict: str = ""  # the cell's, judged with the sweep's other cells
+    judged: PairedComparison | None = None  # the cell's judgement, with the sweep's other cells
     set_aside: list[str] = field(default_factory=list)  # trials left out of the judgement, each with why
-    interval: list[float] = field(default_factory=list)  # the ratio's interval the verdict used (none: one trial)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judged.verdict if self.judged is not None else Verdict.UNKNOWN
+
+    @staticmethod
+    def upgraded(fields: dict) -> dict:
+        """Its JSON as this nnbench reads it: an older sweep's (a plain `verdict` and `interval`, no `judged`) with
+        those as its judgement, the numbers it did not keep (p, q, the look) not known."""
+        if "judged" in fields or "verdict" not in fields:
+            return fields
+        ratio, (low, high) = math.exp(float(np.mean(fields["log_ratios"]))), fields.get("interval") or [math.nan] * 2
+        judged = PairedComparison(ratio, low, high, math.nan, math.nan, fields["verdict"] or str(Verdict.UNKNOWN),
+                                  len(fields["log_ratios"]))
+        return {k: v for k, v in fields.items() if k not in ("verdict", "interval")} | {"judged": vars(judged)}
 
 
 def geomean(cells: Sequence[Evidence], confidence: float = 0.95) -> tuple[float, float, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -19,9 +19,20 @@ from experiments.stats.looks import Looks
 from experiments.stats.verdicts import ALPHA, PAIRED_THRESHOLD, Verdict, changed, q_values
 
 
+# A judgement's numbers as the store names them (`<op>_<name>` on a point's run; `paired_<name>` in the reports'
+# tables), in the order `PairedComparison.numbers` gives them: oriented as a speedup (above 1: faster).
+PAIRED = ("speedup", "speedup_ci95_low", "speedup_ci95_high", "speedup_p_value", "speedup_q_value", "speedup_trials",
+          "speedup_look_level", "speedup_spread")
+# A judgement's columns in the comparisons' tables (`nnbench ab`, `versions`), after the cell's own
+COLUMNS = ("B/A", "95% interval", "verdict", "pairs")
+
+
 @dataclass(frozen=True)
 class PairedComparison:
-    """One cell's paired comparison, B against A, from its trials' log ratios."""
+    """One cell's paired comparison, B against A, from its trials' log ratios: its estimate (the time ratio B/A, its
+    interval at the level the verdict used, p and q, the trials, the look's level, the spread used) and the judgement
+    on it (`verdict`). Serialized only here: the store's numbers and tag (`numbers`, `read`), `--json` (`as_json`,
+    `as_step`) and words (`said`, `brief`, `cells`); inside, the ratio is B/A, flipped to a speedup only in these."""
 
     ratio: float  # B/A: exp of the mean of the trials' log ratios; > 1 is slower
     ci_low: float  # its interval (Student's t over the trials, on the log scale), the one the verdict used:
@@ -47,6 +58,63 @@ class PairedComparison:
             return math.inf
         from scipy.special import stdtrit  # as in paired_t
         return math.expm1(float(stdtrit(self.pairs - 1, 0.975)) * self.spread / math.sqrt(self.pairs))
+
+    @property
+    def known(self) -> bool:
+        """Whether it has an interval (two trials or more)."""
+        return self.ci_low == self.ci_low
+
+    def speedup(self) -> tuple[float, float, float]:
+        """A's time over B's (above 1: B is faster) and its interval: the one place the ratio is turned over."""
+        return 1 / self.ratio, 1 / self.ci_high, 1 / self.ci_low
+
+    def numbers(self) -> dict[str, float]:
+        """The numbers by their store names (PAIRED); one not known (NaN: a single trial) is left out."""
+        values = (*self.speedup(), self.p_value, self.q_value, self.pairs, self.confidence, self.spread)
+        return {k: float(v) for k, v in zip(PAIRED, values) if v == v}
+
+    @classmethod
+    def read(cls, verdict: str, numbers: Mapping[str, float]) -> PairedComparison:
+        """A judgement back from its verdict's tag and its numbers by store name (`numbers`, as written)."""
+        n = {k: float(numbers.get(k, math.nan)) for k in PAIRED}
+        trials = n["speedup_trials"]
+        return cls(1 / n["speedup"], 1 / n["speedup_ci95_high"], 1 / n["speedup_ci95_low"], n["speedup_p_value"],
+                   n["speedup_q_value"], Verdict(verdict), int(trials) if trials == trials else 0,
+                   n["speedup_look_level"], n["speedup_spread"])
+
+    def as_json(self) -> dict:
+        """A cell's fields in `--json` (docs/comparing.md#the-json): the speedup with its interval (`low`, `high`),
+        the verdict, the trials, and the ratio B/A with its `interval`; null where not known (one trial)."""
+        speedup, low, high = self.speedup()
+        return {"speedup": speedup, "low": low if self.known else None, "high": high if self.known else None,
+                "verdict": str(self.verdict), "trials": self.pairs, "ratio": self.ratio,
+                "interval": [self.ci_low, self.ci_high] if self.known else [None, None]}
+
+    def as_step(self) -> dict:
+        """A bisect step's fields in `--json`: the ratio B/A, its interval, the verdict, the pairs."""
+        cell = self.as_json()
+        return {"ratio": cell["ratio"], "interval": cell["interval"], "verdict": cell["verdict"], "pairs": self.pairs}
+
+    def said(self) -> str:
+        """In words, its interval on the same side: `1.51× slower [1.47, 1.55]`, `1.22× faster [1.18, 1.26]`,
+        `1.01× slower [0.99, 1.03], no change` (the console's line)."""
+        r, lo, hi, word = self.ratio, self.ci_low, self.ci_high, "slower"
+        if r < 1:
+            (r, lo, hi), word = self.speedup(), "faster"
+        if not self.known:
+            return f"{r:.3g}× {word} (one trial: no interval)"
+        return f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if self.verdict.changed else f", {self.verdict}")
+
+    def brief(self) -> str:
+        """As a bisect's step says it: `×1.510 [1.470, 1.550], slower, 6 pairs`."""
+        interval = f" [{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.known else ""
+        ratio = f"×{self.ratio:.3f}" if math.isfinite(self.ratio) else "no ratio"
+        return f"{ratio}{interval}, {self.verdict}, {self.pairs} pairs"
+
+    def cells(self) -> list:
+        """Its cells in a comparisons' table, one per COLUMNS."""
+        return [f"{self.ratio:.3f}", f"[{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.known else "",
+                str(self.verdict), self.pairs]
 
 
 def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,

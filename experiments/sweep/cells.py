@@ -202,8 +202,7 @@ class Group:
         trials = c.used(s, b)
         return Evidence(str(self.directory.parent), records.model_name(self.jobs[0]), c.cell.op, c.cell.batch_size,
                         self.names[s], self.names[b], [t.index for t in trials], [t.log_ratio(s, b) for t in trials],
-                        str(judged.verdict), [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)],
-                        [judged.ci_low, judged.ci_high] if judged.ci_low == judged.ci_low else [])
+                        judged, [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)])
 
 
 # Overrides a cell's repro leaves out: it sets the point itself, and a fixed sweep dir or parent would clash.

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import mlflow
 import pytest
 
-from experiments.common.columns import PAIRED
+from experiments.stats.paired import PAIRED
 from experiments.compare import bisection, environments, paired, upstream
 from experiments.stats.paired import judge_pairs
 from experiments.stats.verdicts import Verdict

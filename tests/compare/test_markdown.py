@@ -9,6 +9,7 @@ from experiments.compare import paired
 from experiments.harness.pairs import Cell
 from experiments.stats.verdicts import Verdict
 from experiments.sweep.cells import repro
+from tests.helpers.judged import judged
 
 OVERRIDES = ["framework=jax,torch", "model=lenet", "report.along=framework"]
 THRESHOLD = 0.03
@@ -20,8 +21,9 @@ VERDICTS = [("inference", 2, 2.10, 1.95, 2.26, Verdict.FASTER), ("inference", 8,
 
 
 def row(op: str, batch: int, speedup: float, low: float, high: float, verdict: Verdict) -> paired.CellVerdict:
-    return paired.CellVerdict("lenet", op, batch, "torch-eager fp32", "jax-jit fp32", speedup, low, high, verdict, 5,
-                              None, "nothing else", repro(OVERRIDES, Cell(batch, op)))
+    return paired.CellVerdict("lenet", op, batch, "torch-eager fp32", "jax-jit fp32",
+                              judged(1 / speedup, 1 / high, 1 / low, verdict), None, "nothing else",
+                              repro(OVERRIDES, Cell(batch, op)))
 
 
 @pytest.fixture

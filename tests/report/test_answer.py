@@ -8,6 +8,7 @@ import pytest
 from experiments.stats.geomean import Evidence
 from experiments.report import answer, pages, tables
 from tests.report.test_report import BASE, PAIRED, fake_runs, paired_runs
+from tests.helpers.judged import judged
 
 TRIAL_BIAS = [-0.02, -0.01, 0.0, 0.01, 0.02]  # each trial's processes move every cell's log ratio alike
 
@@ -104,7 +105,7 @@ def test_an_op_left_without_a_number_and_oversubscribed_threads_are_said():
 def evidence(group: str = "lenet") -> list[Evidence]:
     """jax-jit fp32's trials against the baseline, five per cell, each trial's bias the same on every cell."""
     return [Evidence(group, "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
-                     [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+                     [-math.log(speedup) + b for b in TRIAL_BIAS], judged(1 / speedup, verdict=verdict))
             for bs, (speedup, verdict) in PAIRED.items()]
 
 
@@ -127,7 +128,7 @@ def test_cells_that_go_both_ways_make_a_mixed_headline_with_their_range():
     """Three cells 0.61-0.89× (slower) and one 22× (faster): their geometric mean reads 1.73× faster, against three
     of the four; the headline says mixed, names the range of the cells, and gives the mean only beside the count."""
     cells = [Evidence("lenet", "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
-                      [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+                      [-math.log(speedup) + b for b in TRIAL_BIAS], judged(1 / speedup, verdict=verdict))
              for bs, speedup, verdict in ((2, 0.61, "slower"), (8, 0.75, "slower"), (32, 0.89, "slower"),
                                           (128, 22.0, "faster"))]
     t = tables.tidy(paired_runs())

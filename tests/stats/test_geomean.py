@@ -54,3 +54,22 @@ def test_a_group_with_one_trial_gives_no_interval():
     assert r == pytest.approx(math.exp(0.15)) and math.isnan(lo) and math.isnan(hi)  # one group's unknown spread
     assert all(math.isnan(v) for v in geomean([cell("g", [0], [0.1]), cell("g", [1], [0.2], 8)]))  # no trial in common
     assert geomean([cell("g", [0, 1], [0.1, 0.1])]) == pytest.approx((math.exp(0.1),) * 3)  # no spread at all
+
+
+def test_a_cells_evidence_reads_back_typed_and_an_older_sweeps_too():
+    """evidence.json holds each cell's judgement and reads back to it, its verdict a Verdict; an older sweep's file
+    (a plain verdict and interval) reads as a judgement of those, the numbers it did not keep unknown."""
+    from experiments.stats.paired import judge_pairs
+    from experiments.stats.verdicts import Verdict
+    from experiments.sweep.cells import Answer
+
+    (c,) = judge_pairs([[0.05, 0.07, 0.06, 0.08, 0.04]], 0.03, 0.05)
+    e = Evidence("g", "lenet", "inference", 2, "B", "A", [0, 1, 2, 3, 4], [0.05, 0.07, 0.06, 0.08, 0.04], c)
+    back = Answer.from_json(Answer([e]).to_json()).cells[0]
+    assert back.verdict is Verdict.SLOWER and back.judged.ci_low == pytest.approx(c.ci_low)
+    old = ('{"cells": [{"group": "g", "model": "lenet", "op": "inference", "batch_size": 2, "variant": "B", '
+           '"baseline": "A", "trials": [0, 1], "log_ratios": [0.1, 0.1], "verdict": "slower", "set_aside": [], '
+           '"interval": [1.05, 1.16]}]}')
+    (was,) = Answer.from_json(old).cells
+    assert was.verdict is Verdict.SLOWER and (was.judged.ci_low, was.judged.ci_high) == (1.05, 1.16)
+    assert was.judged.ratio == pytest.approx(math.exp(0.1)) and math.isnan(was.judged.p_value)

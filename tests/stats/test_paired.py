@@ -151,3 +151,35 @@ def test_trials_that_agree_better_than_their_rounds_allow_are_judged_by_their_ro
     assert own.verdict == Verdict.FASTER and own.ci_high < 1
     assert floored.verdict == Verdict.INCONCLUSIVE and floored.ci_low < 1 < floored.ci_high
     assert floored.spread == pytest.approx(float(np.median(se))) and own.spread == pytest.approx(np.std(lucky, ddof=1))
+
+
+def test_a_judgement_reads_back_from_the_store_as_it_was_written():
+    """What a point's run holds (its numbers as speedups, its verdict's tag) reads back to the same judgement: the
+    ratio B/A, its interval, p, q, trials, look and spread; a single trial's unknown numbers stay unknown."""
+    (c,) = judge_pairs([[0.05, 0.07, 0.06, 0.08, 0.04]], 0.03, 0.05)
+    back = type(c).read(str(c.verdict), c.numbers())
+    assert back.verdict is c.verdict and back.pairs == c.pairs == 5
+    assert [back.ratio, back.ci_low, back.ci_high, back.p_value, back.q_value, back.confidence, back.spread] == \
+        pytest.approx([c.ratio, c.ci_low, c.ci_high, c.p_value, c.q_value, c.confidence, c.spread])
+    assert c.numbers()["speedup"] == pytest.approx(1 / c.ratio) and c.numbers()["speedup_ci95_low"] < 1
+    (one,) = judge_pairs([[0.05]])
+    assert set(one.numbers()) == {"speedup", "speedup_trials"}
+    assert math.isnan(type(one).read(str(one.verdict), one.numbers()).ci_low)
+
+
+def test_a_cells_json_gives_the_speedup_and_the_ratio_each_with_its_interval():
+    (c,) = judge_pairs([[0.05, 0.07, 0.06, 0.08, 0.04]], 0.03, 0.05)
+    said = c.as_json()
+    assert said["verdict"] == "slower" and said["trials"] == 5 and said["ratio"] == c.ratio
+    assert said["interval"] == [c.ci_low, c.ci_high] and (said["low"], said["high"]) == pytest.approx(
+        (1 / c.ci_high, 1 / c.ci_low))
+    assert c.as_step() == {"ratio": c.ratio, "interval": [c.ci_low, c.ci_high], "verdict": "slower", "pairs": 5}
+    (one,) = judge_pairs([[0.05]])
+    assert one.as_json()["low"] is None and one.as_json()["interval"] == [None, None]
+
+
+def test_a_judgement_in_words_keeps_its_interval_on_the_side_it_names():
+    (slow, fast, same) = judge_pairs([[0.41, 0.42, 0.40], [-0.2, -0.21, -0.19], [0.0, 0.01, -0.01]], 0.05, 0.05)
+    assert slow.said().startswith("1.51× slower [") and not slow.said().endswith("slower")
+    assert fast.said().startswith("1.22× faster [")
+    assert same.said().endswith(", no change") and same.brief().endswith(", no change, 3 pairs")

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 import models
-from experiments.common.columns import PAIRED, PARAMS
+from experiments.common.columns import PARAMS
+from experiments.stats.paired import PAIRED
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, read
