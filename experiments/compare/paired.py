@@ -204,15 +204,6 @@ def verdicts(directory: Path) -> list[CellVerdict]:
     return sorted(out, key=lambda r: (r.model, r.variant, r.batch_size, r.op))
 
 
-def detectable(r: CellVerdict, threshold: float) -> float | None:
-    """The smallest slowdown this cell's measurement could have called slower: beyond the threshold, and with an
-    interval as wide as this one's (its half-width, ×) clear of 1. None without an interval."""
-    low, high = r.interval()
-    if not (low and high):
-        return None
-    return max(1 + threshold, (high / low) ** 0.5) - 1
-
-
 def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
     """A short Markdown report for a CI job summary or a PR comment: only the cells judged slower or faster, each
     with its ratio, interval, the smallest change it could have seen and the command that measures it again; one
@@ -222,10 +213,10 @@ def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
     if changed:
         out += ["| cell | B / A | B/A | 95% interval | verdict | smallest change seen |", "|---|---|---|---|---|---|"]
         for r in changed:
-            seen = detectable(r, threshold)
+            seen = r.judged.mde - 1  # the MDE: the smallest slowdown its trials could have called slower
             out.append(f"| {r.model} {r.op} bs{r.batch_size} | {r.variant} / {r.baseline} | {r.ratio:.3f} | "
                        "[{:.3f}, {:.3f}] | ".format(*r.interval()) + f"**{r.verdict}** | "
-                       + (f"{seen:.1%}" if seen is not None else "") + " |")
+                       + (f"{seen:.1%}" if seen == seen else "") + " |")
         out += ["", "Measure a cell again:", ""] + [f"- {r.model} {r.op} bs{r.batch_size}: `{r.repro}`"
                                                     for r in changed if r.repro]
         if said := where(changed, "- "):

@@ -166,7 +166,8 @@ def metric_name(variant: str, op: str, baseline: str, suffix: str = "") -> str:
 def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> dict[str, float]:
     """The parent's metrics (the runs table's columns; above 1: faster), to 4 significant digits (its 100 px
     columns show `0.5435`): per variant and op the geometric mean with, paired, its interval (`_ci95_low`,
-    `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`)."""
+    `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`) with
+    its minimum detectable effect (`_mde`: the smallest time ratio its trials could have called slower)."""
     out = {}
     for o in overall(t, baseline, evidence):
         out |= {metric_name(o.variant, o.op, o.baseline, suffix): float(f"{v:.4g}")
@@ -174,6 +175,9 @@ def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
     for e in evidence:
         r = math.exp(float(np.mean(e.log_ratios)))
         out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline)] = float(f"{1 / r:.4g}")
+        if e.judged is not None and e.judged.mde == e.judged.mde:
+            out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline, "_mde")] = float(
+                f"{e.judged.mde:.4g}")
     return out
 
 

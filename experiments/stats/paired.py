@@ -22,9 +22,9 @@ from experiments.stats.verdicts import ALPHA, PAIRED_THRESHOLD, Verdict, changed
 # A judgement's numbers as the store names them (`<op>_<name>` on a point's run; `paired_<name>` in the reports'
 # tables), in the order `PairedComparison.numbers` gives them: oriented as a speedup (above 1: faster).
 PAIRED = ("speedup", "speedup_ci95_low", "speedup_ci95_high", "speedup_p_value", "speedup_q_value", "speedup_trials",
-          "speedup_look_level", "speedup_spread")
+          "speedup_look_level", "speedup_spread", "mde")
 # A judgement's columns in the comparisons' tables (`nnbench ab`, `versions`), after the cell's own
-COLUMNS = ("B/A", "95% interval", "verdict", "pairs")
+COLUMNS = ("B/A", "95% interval", "verdict", "pairs", "MDE")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class PairedComparison:
     pairs: int
     confidence: float = math.nan  # the interval's level at this look (`look_level`; nan: no interval)
     spread: float = math.nan  # the SD of the log ratios the interval used (its own, or its floor where larger)
+    # the minimum detectable effect: the smallest ratio B/A its trials could have called slower at this look's level,
+    # max(1 + threshold, the interval's half-width ×); A/B, mirrored, for faster (nan: one trial)
+    mde: float = math.nan
 
     @property
     def conclusive(self) -> bool:
@@ -70,7 +73,7 @@ class PairedComparison:
 
     def numbers(self) -> dict[str, float]:
         """The numbers by their store names (PAIRED); one not known (NaN: a single trial) is left out."""
-        values = (*self.speedup(), self.p_value, self.q_value, self.pairs, self.confidence, self.spread)
+        values = (*self.speedup(), self.p_value, self.q_value, self.pairs, self.confidence, self.spread, self.mde)
         return {k: float(v) for k, v in zip(PAIRED, values) if v == v}
 
     @classmethod
@@ -80,41 +83,45 @@ class PairedComparison:
         trials = n["speedup_trials"]
         return cls(1 / n["speedup"], 1 / n["speedup_ci95_high"], 1 / n["speedup_ci95_low"], n["speedup_p_value"],
                    n["speedup_q_value"], Verdict(verdict), int(trials) if trials == trials else 0,
-                   n["speedup_look_level"], n["speedup_spread"])
+                   n["speedup_look_level"], n["speedup_spread"], n["mde"])
 
     def as_json(self) -> dict:
         """A cell's fields in `--json` (docs/comparing.md#the-json): the speedup with its interval (`low`, `high`),
-        the verdict, the trials, and the ratio B/A with its `interval`; null where not known (one trial)."""
+        the verdict, the trials, the ratio B/A with its `interval`, and the `mde`; null where not known (one trial)."""
         speedup, low, high = self.speedup()
         return {"speedup": speedup, "low": low if self.known else None, "high": high if self.known else None,
                 "verdict": str(self.verdict), "trials": self.pairs, "ratio": self.ratio,
-                "interval": [self.ci_low, self.ci_high] if self.known else [None, None]}
+                "interval": [self.ci_low, self.ci_high] if self.known else [None, None],
+                "mde": self.mde if self.mde == self.mde else None}
 
     def as_step(self) -> dict:
-        """A bisect step's fields in `--json`: the ratio B/A, its interval, the verdict, the pairs."""
+        """A bisect step's fields in `--json`: the ratio B/A, its interval, the verdict, the pairs, the MDE."""
         cell = self.as_json()
-        return {"ratio": cell["ratio"], "interval": cell["interval"], "verdict": cell["verdict"], "pairs": self.pairs}
+        return {"ratio": cell["ratio"], "interval": cell["interval"], "verdict": cell["verdict"], "pairs": self.pairs,
+                "mde": cell["mde"]}
 
     def said(self) -> str:
         """In words, its interval on the same side: `1.51× slower [1.47, 1.55]`, `1.22× faster [1.18, 1.26]`,
-        `1.01× slower [0.99, 1.03], no change` (the console's line)."""
+        `1.01× slower [0.99, 1.03], no change`, each with its MDE (`, MDE ×1.05`; the console's line)."""
         r, lo, hi, word = self.ratio, self.ci_low, self.ci_high, "slower"
         if r < 1:
             (r, lo, hi), word = self.speedup(), "faster"
         if not self.known:
             return f"{r:.3g}× {word} (one trial: no interval)"
-        return f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if self.verdict.changed else f", {self.verdict}")
+        return (f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if self.verdict.changed else f", {self.verdict}")
+                + f", MDE ×{self.mde:.3g}")
 
     def brief(self) -> str:
-        """As a bisect's step says it: `×1.510 [1.470, 1.550], slower, 6 pairs`."""
+        """As a bisect's step says it: `×1.510 [1.470, 1.550], slower, 6 pairs, MDE ×1.050`."""
         interval = f" [{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.known else ""
         ratio = f"×{self.ratio:.3f}" if math.isfinite(self.ratio) else "no ratio"
-        return f"{ratio}{interval}, {self.verdict}, {self.pairs} pairs"
+        mde = f", MDE ×{self.mde:.3f}" if self.known else ""
+        return f"{ratio}{interval}, {self.verdict}, {self.pairs} pairs{mde}"
 
     def cells(self) -> list:
         """Its cells in a comparisons' table, one per COLUMNS."""
         return [f"{self.ratio:.3f}", f"[{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.known else "",
-                str(self.verdict), self.pairs]
+                str(self.verdict), self.pairs, f"×{self.mde:.3f}" if self.known else ""]
 
 
 def paired_t(log_ratios: Sequence[float], confidence: float = 0.95,
@@ -146,6 +153,7 @@ def judge_pairs(log_ratios: Sequence[Sequence[float]], threshold: float = PAIRED
         verdict = (Verdict.UNKNOWN if math.isnan(q) else changed(ratio, q, threshold, level)
                    or (Verdict.SAME if inside else Verdict.INCONCLUSIVE))
         spread = max(float(np.std(x, ddof=1)), floor) if len(x) > 1 else math.nan
+        mde = max(1 + threshold, math.sqrt(hi / lo)) if len(x) > 1 else math.nan  # p < level: beyond the half-width
         out.append(PairedComparison(ratio, lo, hi, p, float(q), verdict, len(x), 1 - level if len(x) > 1 else math.nan,
-                                    spread))
+                                    spread, mde))
     return out

@@ -7,5 +7,5 @@ from experiments.stats.verdicts import Verdict
 
 
 def judged(ratio: float, low: float = math.nan, high: float = math.nan, verdict: Verdict = Verdict.SAME,
-           pairs: int = 5) -> PairedComparison:
-    return PairedComparison(ratio, low, high, math.nan, math.nan, Verdict(verdict), pairs)
+           pairs: int = 5, mde: float = math.nan) -> PairedComparison:
+    return PairedComparison(ratio, low, high, math.nan, math.nan, Verdict(verdict), pairs, mde=mde)

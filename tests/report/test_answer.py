@@ -196,3 +196,13 @@ def test_metric_names_that_hold_long_interpreter_paths_stay_within_what_mlflow_t
                .endswith("bin/python") for n in names)
     assert answer.metric_name("jax-jit fp32", "inference", "torch-eager fp32", "_ci95_low") == (
         "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32_ci95_low")  # a short name stays whole
+
+
+def test_each_paired_cell_gives_the_parent_its_minimum_detectable_effect():
+    from experiments.stats.paired import judge_pairs
+
+    logs = [0.05, 0.07, 0.06, 0.08, 0.04]
+    (c,) = judge_pairs([logs], 0.03, 0.05)
+    e = Evidence("lenet", "lenet", "inference", 32, "jax-jit fp32", BASE, list(range(5)), logs, c)
+    m = answer.metrics(tables.tidy(paired_runs()), BASE, [e])
+    assert m["speedup_inference_bs32_lenet_jax-jit_fp32_vs_torch-eager_fp32_mde"] == float(f"{c.mde:.4g}") >= 1.03

@@ -173,7 +173,8 @@ def test_a_cells_json_gives_the_speedup_and_the_ratio_each_with_its_interval():
     assert said["verdict"] == "slower" and said["trials"] == 5 and said["ratio"] == c.ratio
     assert said["interval"] == [c.ci_low, c.ci_high] and (said["low"], said["high"]) == pytest.approx(
         (1 / c.ci_high, 1 / c.ci_low))
-    assert c.as_step() == {"ratio": c.ratio, "interval": [c.ci_low, c.ci_high], "verdict": "slower", "pairs": 5}
+    assert c.as_step() == {"ratio": c.ratio, "interval": [c.ci_low, c.ci_high], "verdict": "slower", "pairs": 5,
+                           "mde": c.mde}
     (one,) = judge_pairs([[0.05]])
     assert one.as_json()["low"] is None and one.as_json()["interval"] == [None, None]
 
@@ -182,4 +183,22 @@ def test_a_judgement_in_words_keeps_its_interval_on_the_side_it_names():
     (slow, fast, same) = judge_pairs([[0.41, 0.42, 0.40], [-0.2, -0.21, -0.19], [0.0, 0.01, -0.01]], 0.05, 0.05)
     assert slow.said().startswith("1.51× slower [") and not slow.said().endswith("slower")
     assert fast.said().startswith("1.22× faster [")
-    assert same.said().endswith(", no change") and same.brief().endswith(", no change, 3 pairs")
+    assert same.said().endswith(f", no change, MDE ×{same.mde:.3g}")
+    assert same.brief().endswith(f", no change, 3 pairs, MDE ×{same.mde:.3f}")
+
+
+@pytest.mark.parametrize("sd", [0.02, 0.1])
+def test_the_mde_is_the_smallest_ratio_its_trials_call_slower_or_faster(sd):
+    """The same trials moved just past the MDE are called slower (its mirror, faster), and just short of it not:
+    with a wide spread the interval's half-width sets it, with a narrow one the threshold."""
+    x = np.array([-1.5, -0.5, 0.0, 0.5, 1.5]) * sd / np.std([-1.5, -0.5, 0.0, 0.5, 1.5], ddof=1)
+    (c,) = judge_pairs([list(x)], 0.05, 0.05)
+    assert c.mde > 1.05 if sd == 0.1 else c.mde == pytest.approx(1.05)
+
+    def called(log_ratio: float) -> Verdict:
+        return judge_pairs([list(x + log_ratio)], 0.05, 0.05)[0].verdict
+
+    assert called(math.log(c.mde) + 1e-3) == Verdict.SLOWER and called(math.log(c.mde) - 1e-3) != Verdict.SLOWER
+    if sd == 0.1:  # the half-width binds on both sides alike
+        assert called(-math.log(c.mde) - 1e-3) == Verdict.FASTER
+        assert called(-math.log(c.mde) + 1e-3) != Verdict.FASTER
