@@ -119,7 +119,7 @@ def shown_between(t: pd.DataFrame, variant: str, baseline: str) -> bool:
 
 def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> list[Overall]:
     """Per variant and op, the geometric mean of its speedups over every model and batch size: paired, against the
-    variant it was compared with, with the interval its trials give (`verdict.geomean` over the sweep's
+    variant it was compared with, with the interval its trials give (`stats.geomean` over the sweep's
     `evidence`); unpaired, against `baseline`, the geometric mean of the medians' ratios."""
     out = []
     for variant, base, op in sorted({(e.variant, e.baseline, e.op) for e in evidence}):

@@ -31,7 +31,7 @@ def pair_log_ratio_se(a_bursts: Sequence[Sequence[float]], b_bursts: Sequence[Se
     """How far a pair's log ratio (`pair_log_ratio`: the median of its rounds' log ratios) could read from its rounds
     alone: the median's standard error, 1.2533 × their robust SD (1.4826 × MAD) / √rounds (0 for one round). Trials
     of a cell can't agree better than this, whatever their luck: the paired verdict takes it as the least spread
-    of their log ratios (`verdict.judge_pairs`)."""
+    of their log ratios (`paired.judge_pairs`)."""
     r = np.asarray(round_log_ratios(a_bursts, b_bursts), dtype=float)
     if len(r) < 2:
         return 0.0

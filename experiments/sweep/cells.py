@@ -248,7 +248,7 @@ def warm(side: pairs.Side) -> pairs.Side:
 @dataclass
 class Answer(Json):
     """A group's comparisons trial by trial, in its first job's dir (`ANSWER`): the sweep's end reads every group's
-    for the geometric means' intervals (`verdict.geomean`)."""
+    for the geometric means' intervals (`stats.geomean`)."""
 
     cells: list[Evidence] = field(default_factory=list)
 
