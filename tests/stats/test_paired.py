@@ -165,6 +165,9 @@ def test_a_judgement_reads_back_from_the_store_as_it_was_written():
     (one,) = judge_pairs([[0.05]])
     assert set(one.numbers()) == {"speedup", "speedup_trials"}
     assert math.isnan(type(one).read(str(one.verdict), one.numbers()).ci_low)
+    older = {k: v for k, v in c.numbers().items() if k not in ("speedup_look_level", "speedup_spread", "mde")}
+    was = type(c).read(str(c.verdict), older)  # a store written before the looks and the MDE were recorded
+    assert was.verdict is c.verdict and was.ci_low == pytest.approx(c.ci_low) and math.isnan(was.mde)
 
 
 def test_a_cells_json_gives_the_speedup_and_the_ratio_each_with_its_interval():
