@@ -31,7 +31,7 @@ def functions(root: Path = ROOT / "experiments"):
 
 CONTRACTS = [c["name"] for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
     "contracts"]]
-LAYERS, ALONE, MODELS, MLFLOW, MATPLOTLIB, WORKER, ACYCLIC = CONTRACTS  # in pyproject.toml's order
+LAYERS, ALONE, MODELS, MLFLOW, MATPLOTLIB, WORKER, JUDGES, ACYCLIC = CONTRACTS  # in pyproject.toml's order
 
 
 def words(text: str) -> str:
@@ -59,6 +59,10 @@ BREAKS = [
      "experiments.compare._probe -> experiments.cli"),
     (ALONE, {"experiments/cli/_probe.py": "from experiments.cli import history"},
      "experiments.cli._probe -> experiments.cli.history"),
+    (LAYERS, {"experiments/stats/_probe.py": "from experiments.measure import stats"},
+     "experiments.stats._probe -> experiments.measure"),
+    (JUDGES, {"experiments/measure/timing.py": "from experiments.stats import paired"},
+     "experiments.measure.timing -> experiments.stats.paired"),
     (MODELS, {"models/_probe.py": "from experiments.common import errors"}, "models._probe -> experiments"),
     (MLFLOW, {"experiments/store/_probe.py": "import mlflow"}, "experiments.store._probe -> mlflow"),
     (MATPLOTLIB, {"experiments/report/_probe.py": "import matplotlib"}, "experiments.report._probe -> matplotlib"),

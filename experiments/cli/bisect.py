@@ -39,7 +39,7 @@ from experiments.cli.selection import (add_design, add_environments, add_issue, 
 from experiments.common.options import probability, threshold
 from experiments.compare import across_envs
 from experiments.compare.bisection import Bisection, bisect
-from experiments.measure.verdict import ALPHA, PAIRED_THRESHOLD, THRESHOLD
+from experiments.stats.verdicts import ALPHA, PAIRED_THRESHOLD, THRESHOLD
 from experiments.store.uris import store_uri
 
 

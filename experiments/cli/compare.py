@@ -20,7 +20,7 @@ from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
 from experiments.compare import history
-from experiments.measure.verdict import ALPHA, THRESHOLD
+from experiments.stats.verdicts import ALPHA, THRESHOLD
 from experiments.store.uris import readable
 
 

@@ -21,7 +21,7 @@ from experiments.cli.selection import add_selection, select
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
 from experiments.compare import history
-from experiments.measure.verdict import ALPHA, THRESHOLD
+from experiments.stats.verdicts import ALPHA, THRESHOLD
 
 AXES = "jax_version, torch_version, run_date, nnbench_git_commit, env_spec, repeat, ..."
 

@@ -1,6 +1,7 @@
-"""The names of a point's run in MLflow besides the worker's own (`common.protocol`: STATS, METRICS, PARTS): its
-params, the per-op metrics the parent derives, and the flags. The store writes them and the reports read them, so
-they live here, below both; docs/reference.md says what each means."""
+"""The names of a point's run in MLflow besides the worker's own (`common.protocol`: STATS, METRICS, PARTS) and a
+paired judgement's (`stats.paired.PAIRED`): its params, the per-op metrics the parent derives, and the flags. The
+store writes them and the reports read them, so they live here, below both; docs/reference.md says what each
+means."""
 
 # The params of every point run, besides the flattened config; compare and report select and group by them.
 PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "device", "device_requested", "ops",
@@ -9,8 +10,3 @@ PARAMS = ("framework", "compile", "mode", "model", "precision", "batch_size", "d
 DERIVED = ("achieved_tflops", "mfu", "mfu_vendor")
 # Tags ("true"/"false") that say a point's numbers need care: other processes used the CPU; a re-run may read far off.
 FLAGS = ("noisy", "unstable", "oversubscribed")
-# Per op of a point measured paired against its cell's baseline: the speedup (the baseline's time over this one's) and
-# its 95% interval, p- and q-value and trials, the interval's level at the last look and the spread of the trials'
-# log ratios it used, as metrics `<op>_<name>`; its verdict is the tag `<op>_verdict`.
-PAIRED = ("speedup", "speedup_ci95_low", "speedup_ci95_high", "speedup_p_value", "speedup_q_value", "speedup_trials",
-          "speedup_look_level", "speedup_spread")

@@ -9,6 +9,7 @@ A new per-op number is one field on `OpResult` declared with `metric()`, and the
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import statistics
 import types
@@ -98,7 +99,10 @@ def _build(tp, value):
         return None
     if origin in (Union, types.UnionType):
         return _build(next(a for a in args if a is not type(None)), value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
     if dataclasses.is_dataclass(tp):
+        value = tp.upgraded(value) if hasattr(tp, "upgraded") else value  # an older layout of its JSON
         hints = typing.get_type_hints(tp)
         return tp(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
     if origin in (list, tuple):

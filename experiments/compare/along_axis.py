@@ -10,7 +10,7 @@ from pathlib import Path
 
 from experiments.common.errors import LOST, OK
 from experiments.compare import paired
-from experiments.measure.verdict import PAIRED_THRESHOLD
+from experiments.stats.verdicts import PAIRED_THRESHOLD
 
 
 @dataclass(frozen=True)

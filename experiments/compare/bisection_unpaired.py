@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from experiments.common.config import EXTERNAL
 from experiments.common.errors import OK
 from experiments.compare import across_envs
-from experiments.measure.verdict import Comparison, Verdict, judge
+from experiments.stats.unpaired import Comparison, judge
+from experiments.stats.verdicts import Verdict
 
 if TYPE_CHECKING:
     import pandas as pd

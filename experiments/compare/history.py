@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from experiments.common.errors import BadInput
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 
 if TYPE_CHECKING:
     from experiments.report.regressions import History
@@ -27,7 +27,7 @@ def judged(t, by: str, uri: str, threshold: float, alpha: float) -> History:
     """The selected runs along `by` (report.regressions), judged from each run's per-process medians in the store;
     BadInput where `by` is no key or has one value."""
     from experiments.report import regressions  # pandas and scipy are slow to import: only once runs are selected
-    from experiments.measure.verdict import process_medians
+    from experiments.stats.unpaired import process_medians
     from experiments.store import tracking
 
     if by not in t.columns:
@@ -56,15 +56,22 @@ def between(sweeps: list, ids: list[str], uri: str, threshold: float, alpha: flo
     return judged(t, "sweep", uri, threshold, alpha)
 
 
-def as_json(h: History) -> str:
+def answer(h: History) -> dict:
     """What history judged, for a script: {"by", "values", "changes": [...], "points": [...]}."""
-    import json  # only for --json
+    import json  # only for --json: pandas' own JSON of a table (dates, NaN as null), read as plain values
 
     def records(df) -> list[dict]:
         return json.loads(df.to_json(orient="records")) if not df.empty else []
 
-    return json.dumps({"by": h.by, "values": h.values, "changes": records(h.regressions),
-                       "points": records(h.series.drop(columns=["process_medians_s"], errors="ignore"))}, indent=1)
+    return {"by": h.by, "values": h.values, "changes": records(h.regressions),
+            "points": records(h.series.drop(columns=["process_medians_s"], errors="ignore"))}
+
+
+def as_json(h: History) -> str:
+    """`answer` as --json prints it."""
+    import json  # only for --json
+
+    return json.dumps(answer(h), indent=1)
 
 
 def report(h: History, threshold: float, alpha: float) -> str:

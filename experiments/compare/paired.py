@@ -19,8 +19,8 @@ from pathlib import Path
 from experiments.common.child import run_to_end
 from experiments.common.config import ROOT, Config
 from experiments.common.errors import BadInput
-from experiments.common.protocol import Json
-from experiments.measure.verdict import Verdict
+from experiments.stats.paired import COLUMNS, PAIRED, PairedComparison
+from experiments.stats.verdicts import Verdict
 from experiments.report.profile_change import ProfileChange
 from experiments.store.sweepdir import MARKER
 from experiments.sweep import changes, paired_engine
@@ -80,7 +80,7 @@ class Design:
 
 
 @dataclass(frozen=True)
-class CellVerdict(Json):
+class CellVerdict:
     """One cell of a paired comparison: a variant against the one before it along the axis."""
 
     model: str
@@ -88,24 +88,35 @@ class CellVerdict(Json):
     batch_size: int
     variant: str  # B: its label in the sweep
     baseline: str  # A
-    speedup: float | None  # A's time over B's: above 1, B is faster
-    low: float | None  # the speedup's 95% interval
-    high: float | None
-    verdict: Verdict
-    trials: int
+    judged: PairedComparison  # B's time over A's, its interval and the verdict on it
     run_id: str | None  # B's point run
     differs: str  # what differs between A and B besides the axis
     repro: str  # the command that measures just this cell again
     profile: ProfileChange | None = None  # where the time went: B's profile against A's (report.profile_changed)
 
     @property
-    def ratio(self) -> float | None:
+    def verdict(self) -> Verdict:
+        return self.judged.verdict
+
+    @property
+    def trials(self) -> int:
+        return self.judged.pairs
+
+    @property
+    def ratio(self) -> float:
         """B's time over A's: above 1, B is slower."""
-        return 1 / self.speedup if self.speedup else None
+        return self.judged.ratio
 
     def interval(self) -> tuple[float | None, float | None]:
-        """The ratio's 95% interval."""
-        return (1 / self.high if self.high else None, 1 / self.low if self.low else None)
+        """The ratio's interval, the one the verdict used (None: one trial)."""
+        return tuple(self.judged.as_json()["interval"])
+
+    def as_json(self) -> dict:
+        """The cell as `--json` prints it (SCHEMA)."""
+        cell = {k: getattr(self, k) for k in ("model", "op", "batch_size", "variant", "baseline")}
+        return cell | self.judged.as_json() | {"run_id": self.run_id, "differs": self.differs, "repro": self.repro,
+                                               "profile": self.profile and asdict(self.profile) | {
+                                                   "said": self.profile.said()}}
 
 
 def axis(text: str) -> tuple[str, list[str]]:
@@ -186,20 +197,11 @@ def verdicts(directory: Path) -> list[CellVerdict]:
             continue
         run_id = (d / MARKER).read_text().strip() if (d / MARKER).exists() else None
         for op in (o for o in rec.params["ops"].split(",") if f"{o}_verdict" in t):
+            judged = PairedComparison.read(t[f"{op}_verdict"], {k: m[f"{op}_{k}"] for k in PAIRED if f"{op}_{k}" in m})
             out.append(CellVerdict(rec.params["model"], op, int(rec.params["batch_size"]), t["variant"],
-                                   t["compared_with"], m.get(f"{op}_speedup"), m.get(f"{op}_speedup_ci95_low"),
-                                   m.get(f"{op}_speedup_ci95_high"), Verdict(t[f"{op}_verdict"]),
-                                   int(m.get(f"{op}_speedup_trials", 0)), run_id, t.get("differs", ""),
-                                   t.get(f"{op}_repro", ""), changes.change(bases.get(d), d, op)))
+                                   t["compared_with"], judged, run_id, t.get("differs", ""), t.get(f"{op}_repro", ""),
+                                   changes.change(bases.get(d), d, op)))
     return sorted(out, key=lambda r: (r.model, r.variant, r.batch_size, r.op))
-
-
-def detectable(r: CellVerdict, threshold: float) -> float | None:
-    """The smallest slowdown this cell's measurement could have called slower: beyond the threshold, and with an
-    interval as wide as this one's (its half-width, ×) clear of 1. None without an interval."""
-    if not (r.low and r.high):
-        return None
-    return max(1 + threshold, (r.high / r.low) ** 0.5) - 1
 
 
 def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
@@ -211,10 +213,10 @@ def markdown(rows: list[CellVerdict], title: str, threshold: float) -> str:
     if changed:
         out += ["| cell | B / A | B/A | 95% interval | verdict | smallest change seen |", "|---|---|---|---|---|---|"]
         for r in changed:
-            seen = detectable(r, threshold)
+            seen = r.judged.mde - 1  # the MDE: the smallest slowdown its trials could have called slower
             out.append(f"| {r.model} {r.op} bs{r.batch_size} | {r.variant} / {r.baseline} | {r.ratio:.3f} | "
                        "[{:.3f}, {:.3f}] | ".format(*r.interval()) + f"**{r.verdict}** | "
-                       + (f"{seen:.1%}" if seen is not None else "") + " |")
+                       + (f"{seen:.1%}" if seen == seen else "") + " |")
         out += ["", "Measure a cell again:", ""] + [f"- {r.model} {r.op} bs{r.batch_size}: `{r.repro}`"
                                                     for r in changed if r.repro]
         if said := where(changed, "- "):
@@ -240,11 +242,9 @@ def table(rows: list[CellVerdict]) -> str:
     """The verdicts as a Markdown table: B/A (above 1: B slower), its interval, the verdict, the trials."""
     from tabulate import tabulate  # only once measured
 
-    body = [[r.model, r.op, r.batch_size, *apart(r.variant, r.baseline), f"{r.ratio:.3f}" if r.ratio else "",
-             "[{:.3f}, {:.3f}]".format(*r.interval()) if r.low else "", str(r.verdict), r.trials] for r in rows]
+    body = [[r.model, r.op, r.batch_size, *apart(r.variant, r.baseline), *r.judged.cells()] for r in rows]
     text = "paired: each B over its A (above 1: B is slower)\n" + tabulate(
-        body, ["model", "op", "batch", "variant", "B / A", "B/A", "95% interval", "verdict", "pairs"],
-        tablefmt="github")
+        body, ["model", "op", "batch", "variant", "B / A", *COLUMNS], tablefmt="github")
     said = where(rows, "  ")
     return text + ("\n\nwhere the time went, B's profile against A's:\n" + "\n".join(said) if said else "")
 
@@ -265,8 +265,11 @@ def apart(b: str, a: str) -> tuple[str, str]:
     return " ".join(wb[:n]), f"{' '.join(wb[n:])} / {rest_a.removeprefix(key)}"
 
 
+def answer(rows: list[CellVerdict], **about) -> dict:
+    """The verdicts as one object: `schema` (SCHEMA), what was compared (`about`), and one object per cell."""
+    return {"schema": SCHEMA, **about, "cells": [r.as_json() for r in rows]}
+
+
 def as_json(rows: list[CellVerdict], **about) -> str:
-    """The verdicts as one JSON object: `schema` (SCHEMA), what was compared (`about`), and one object per cell."""
-    cells_ = [asdict(r) | {"verdict": str(r.verdict), "ratio": r.ratio, "interval": list(r.interval()),
-                           "profile": r.profile and asdict(r.profile) | {"said": r.profile.said()}} for r in rows]
-    return json.dumps({"schema": SCHEMA, **about, "cells": cells_}, indent=1)
+    """`answer` as --json prints it."""
+    return json.dumps(answer(rows, **about), indent=1)

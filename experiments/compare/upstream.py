@@ -18,7 +18,7 @@ from experiments.common.protocol import Export, Setup
 from experiments.compare.paired import CellVerdict
 from experiments.harness import manager
 from experiments.harness.envs import Manifest, clean_environ
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.store.records import META, Record
 
 SCRIPT = Path(__file__).with_name("standalone.py")  # the script's driver; each side's loader comes from its backend

@@ -5,7 +5,6 @@ under one parent run tagged nnbench.versions."""
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 from experiments.common.errors import OK, BadInput
 from experiments.compare import across_envs, history
 from experiments.compare.across_envs import Sweep
-from experiments.measure.verdict import ALPHA, THRESHOLD
+from experiments.stats.verdicts import ALPHA, THRESHOLD
 
 if TYPE_CHECKING:
     from experiments.harness.envs import Sources
@@ -99,8 +98,8 @@ def compare_paired(v: Versions, built: list) -> tuple[int, dict]:
         run.status = ending(interrupted=code in paired.STOPPED, failed=code != OK)
         if code in paired.STOPPED:  # the sweep said so in its one line
             return code, {}
-        answer = json.loads(paired.as_json(rows, command="versions", specs=[str(e.spec) for e in built],
-                                           sweep_dir=str(out), exit=code)) | {"parent_run_id": run.run_id}
+        answer = paired.answer(rows, command="versions", specs=[str(e.spec) for e in built], sweep_dir=str(out),
+                               exit=code) | {"parent_run_id": run.run_id}
         reported(rows, asked, name, run)
     along_axis.drafted(rows, out, asked)
     print(f"\nversions: parent run {run.run_id} ({name}); the sweep's dir (every burst): {out}", file=sys.stderr)
@@ -158,7 +157,7 @@ def followed(v: Versions, by: str, sweep_id: str, name: str, run) -> dict:
         return {}
     h = history.judged(t, by, s.uri, THRESHOLD, ALPHA)
     print(history.report(h, THRESHOLD, ALPHA))
-    answer = json.loads(history.as_json(h)) | {"parent_run_id": run.run_id}
+    answer = history.answer(h) | {"parent_run_id": run.run_id}
     history.log(h, name, run)
     print(f"\neach point along {by}: nnbench history --by {by} --sweep {sweep_id} --uri {s.uri}")
     return answer

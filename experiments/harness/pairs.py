@@ -13,7 +13,7 @@ bursts well inside a plateau makes every side see the same machine; fresh trials
 of the evidence. The idle workers are stopped, every thread (`turns`), and the parent computes nothing while a
 worker bursts: it waits in a read.
 
-The unit of evidence is one trial: log(side/base), the median of its rounds' log ratios (`stats.pair_log_ratio`).
+The unit of evidence is one trial: log(side/base), the median of its rounds' log ratios (`ratios.pair_log_ratio`).
 The caller judges the cells from their trials (`settled`); a cell it leaves unsettled gets more trials, up to
 `Design.max_trials`. Each trial's cell is saved to disk as it ends (`<cell>/trial-<n>.json`), every burst kept.
 
@@ -256,7 +256,7 @@ class Judged:
 
 def compare(a: Side, b: Side, design: Design, judge: Callable[[list[list[float]]], list], directory: Path,
             on_trial: Callable[[Compared, Trial], None] = lambda c, t: None) -> list[Judged]:
-    """B against A on the cells of A's points, paired, each cell judged by `judge` (`verdict.judge_pairs`: its
+    """B against A on the cells of A's points, paired, each cell judged by `judge` (`paired.judge_pairs`: its
     verdicts say whether they are `conclusive`) at every look `design.looks`, its spread at least its rounds' own
     (`Compared.floor`): more trials for a cell while it is not, up to `design.max_trials`; none for a cell a side
     can't run."""

@@ -12,9 +12,9 @@ from experiments.common.config import PAIRED_DESIGNS
 from experiments.common.job import Job
 from experiments.common.protocol import Burst, Json, Point, Prepared, Ready, Request
 from experiments.harness import manager
-from experiments.measure import stats
 from experiments.measure.meter import oversubscription
-from experiments.measure.verdict import Looks
+from experiments.stats import outliers, ratios
+from experiments.stats.looks import Looks
 
 # Burst length, chosen with `python -m experiments.selfcheck.paired` (docs/evidence.md): A/A pairs of torch LeNet
 # bs32 inference (one thread), 1.5 s of bursts per side per pair, other work using 1.3-1.5 of the 2 cores: the
@@ -171,15 +171,15 @@ class Trial(Json):
         if self.failure is not None or not (self.turns[base].ok and self.turns[side].ok):
             return None
         a, b = self.turns[base], self.turns[side]
-        return stats.pair_log_ratio([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
+        return ratios.pair_log_ratio([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
 
     def log_ratio_se(self, side: int, base: int) -> float:
-        """How far `log_ratio` could read from this trial's rounds alone (`stats.pair_log_ratio_se`); 0 where it has
+        """How far `log_ratio` could read from this trial's rounds alone (`ratios.pair_log_ratio_se`); 0 where it has
         none."""
         if self.log_ratio(side, base) is None:
             return 0.0
         a, b = self.turns[base], self.turns[side]
-        return stats.pair_log_ratio_se([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
+        return ratios.pair_log_ratio_se([x.samples_s for x in a.bursts], [x.samples_s for x in b.bursts])
 
 
 @dataclass
@@ -195,10 +195,10 @@ class Compared(Json):
         return [t for t in self.measured_both(side, base) if id(t) not in aside]
 
     def set_aside(self, side: int, base: int) -> list[tuple[Trial, str]]:
-        """The trials whose ratio lies far off the others' while another program ran (`stats.far_trials`), with why:
+        """The trials whose ratio lies far off the others' while another program ran (`outliers.far_trials`), with why:
         kept on disk, left out of the judgement; the cell's next trials take their place."""
         both = self.measured_both(side, base)
-        far = stats.far_trials([t.log_ratio(side, base) for t in both], [t.background_cores() or 0.0 for t in both])
+        far = outliers.far_trials([t.log_ratio(side, base) for t in both], [t.background_cores() or 0.0 for t in both])
         return [(both[i], why) for i, why in far]
 
     def measured_both(self, side: int, base: int) -> list[Trial]:

@@ -14,8 +14,9 @@ from experiments.common.protocol import Measurement, OpResult, Point, PointResul
 from experiments.measure.flops import achieved_tflops
 from experiments.measure.machine import MachineCheck
 from experiments.measure.peaks import Peak, peak, raised, vendor_tflops
-from experiments.measure.stats import summarize, unmeasured
-from experiments.measure.verdict import PairedComparison
+from experiments.measure.stats import summarize
+from experiments.stats.outliers import unmeasured
+from experiments.stats.paired import PairedComparison
 
 # Other processes' CPU use while sampling above which a point is tagged noisy=true: on 2 cores, another busy
 # process made torch's OpenMP threads wait on each other (a 0.3 ms MLP inference read at tens of ms).
@@ -56,7 +57,7 @@ class OpReading:
 
 @dataclass(frozen=True)
 class Replaced:
-    """A process of the point measured again by one more worker (the sweep's load rule, `stats.to_replace`): its
+    """A process of the point measured again by one more worker (the sweep's load rule, `outliers.to_replace`): its
     result stays in the raw data with the reason."""
 
     process: int  # 1-based, in the order the point's processes ran
@@ -142,7 +143,7 @@ def read(point: Point, results: list[PointResult], machine: MachineCheck | None 
     """The point from each process's result (or why a process has none). `machine`: the sweep's machine check, for
     the hint of an unstable point; `replaced`: the processes the results no longer hold, kept with their reason;
     `peaks`: the sweep's calibrated peaks (MFU's denominator; `name`: the point's, where its rate raises the peak).
-    An op whose processes disagree by `stats.UNMEASURED_SPREAD` or more gets no number: it is unmeasured here."""
+    An op whose processes disagree by `outliers.UNMEASURED_SPREAD` or more gets no number: it is unmeasured here."""
     ok = [r for r in results if r.failure is None]
     failed = [r for r in results if r.failure is not None]
     reading = Reading(point, len(results), replaced=replaced)

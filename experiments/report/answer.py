@@ -15,7 +15,7 @@ import pandas as pd
 
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.columns import FLAGS
-from experiments.measure.verdict import Evidence, geomean
+from experiments.stats.geomean import Evidence, geomean
 from experiments.report.tables import UNSHOWN, UNSHOWN_LEGEND, markdown, speedups, summary
 
 # Tags of the point runs that say where and with what a sweep ran (its environment line and the parent's tags).
@@ -119,13 +119,13 @@ def shown_between(t: pd.DataFrame, variant: str, baseline: str) -> bool:
 
 def overall(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> list[Overall]:
     """Per variant and op, the geometric mean of its speedups over every model and batch size: paired, against the
-    variant it was compared with, with the interval its trials give (`verdict.geomean` over the sweep's
+    variant it was compared with, with the interval its trials give (`stats.geomean` over the sweep's
     `evidence`); unpaired, against `baseline`, the geometric mean of the medians' ratios."""
     out = []
     for variant, base, op in sorted({(e.variant, e.baseline, e.op) for e in evidence}):
         cells = [e for e in evidence if (e.variant, e.baseline, e.op) == (variant, base, op)]
         r, lo, hi = geomean(cells)
-        verdicts = dict(Counter(e.verdict or "no verdict" for e in cells))
+        verdicts = dict(Counter(str(e.verdict) for e in cells))
         own = tuple(math.exp(-float(np.mean(e.log_ratios))) for e in cells)
         out.append(Overall(variant, base, op, 1 / r, 1 / hi, 1 / lo, True, shown_between(t, variant, base),
                            verdicts, own))
@@ -166,7 +166,8 @@ def metric_name(variant: str, op: str, baseline: str, suffix: str = "") -> str:
 def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequence[Evidence] = ()) -> dict[str, float]:
     """The parent's metrics (the runs table's columns; above 1: faster), to 4 significant digits (its 100 px
     columns show `0.5435`): per variant and op the geometric mean with, paired, its interval (`_ci95_low`,
-    `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`)."""
+    `_ci95_high`); and each cell's own paired speedup (`speedup_<op>_bs<N>_<model>_<variant>_vs_<baseline>`) with
+    its minimum detectable effect (`_mde`: the smallest time ratio its trials could have called slower)."""
     out = {}
     for o in overall(t, baseline, evidence):
         out |= {metric_name(o.variant, o.op, o.baseline, suffix): float(f"{v:.4g}")
@@ -174,6 +175,9 @@ def metrics(t: pd.DataFrame, baseline: str = DEFAULT_BASELINE, evidence: Sequenc
     for e in evidence:
         r = math.exp(float(np.mean(e.log_ratios)))
         out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline)] = float(f"{1 / r:.4g}")
+        if e.judged is not None and e.judged.mde == e.judged.mde:
+            out[metric_name(e.variant, f"{e.op}_bs{e.batch_size}_{e.model}", e.baseline, "_mde")] = float(
+                f"{e.judged.mde:.4g}")
     return out
 
 

@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.common.protocol import PARTS  # noqa: E402
 from experiments.report.tables import LABELS, fmt_time, series, speedups  # noqa: E402
-from experiments.measure.verdict import Verdict  # noqa: E402
+from experiments.stats.verdicts import Verdict  # noqa: E402
 
 if TYPE_CHECKING:
     from experiments.report.regressions import History

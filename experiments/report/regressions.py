@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 from packaging.version import InvalidVersion, Version
 
-from experiments.report import changepoints
+from experiments.stats import changepoints
 from experiments.report.tables import POINT
-from experiments.measure.verdict import ALPHA, THRESHOLD, Verdict, judge
+from experiments.stats.unpaired import judge
+from experiments.stats.verdicts import ALPHA, THRESHOLD, Verdict
 
 Medians = Callable[[str, str], list[float]]  # (run id, op) -> that run's per-process medians
 

@@ -9,7 +9,8 @@ from itertools import combinations
 
 from experiments.common.config import DEFAULT_BASELINE, OPS
 from experiments.common.protocol import METRICS, PARTS, STATS
-from experiments.common.columns import DERIVED, FLAGS, PAIRED, PARAMS
+from experiments.common.columns import DERIVED, FLAGS, PARAMS
+from experiments.stats.paired import PAIRED
 
 TIMES = tuple(f"time_{p}_s" for p in PARTS)  # a profiled op: where one step's wall time went
 PROFILE = TIMES + ("profile_wall_s", "profile_wall_ratio")

@@ -46,7 +46,8 @@ from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import positive
 from experiments.report import regressions
 from experiments.report.tables import POINT, tidy
-from experiments.measure.verdict import Verdict, process_medians, rate, welch
+from experiments.stats.unpaired import process_medians, welch
+from experiments.stats.verdicts import Verdict, rate
 from experiments.store import tracking
 from experiments.store.uris import readable, store_uri
 

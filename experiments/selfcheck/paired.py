@@ -37,8 +37,10 @@ import numpy as np
 from experiments.common.config import register
 from experiments.common.errors import OK, BadInput
 from experiments.harness import pairs
-from experiments.measure import machine, stats
-from experiments.measure.verdict import PAIRED_THRESHOLD, Verdict, judge_pairs
+from experiments.measure import machine
+from experiments.stats import ratios
+from experiments.stats.paired import judge_pairs
+from experiments.stats.verdicts import PAIRED_THRESHOLD, Verdict
 from experiments.sweep import commandline
 
 AA = ("framework=torch", "model=lenet", "batch_size=32", "ops=[inference]")
@@ -112,8 +114,8 @@ def estimators(r: pairs.Trial) -> tuple[float, float, float, float]:
     """log(B/A) four ways: the median of the round log ratios (the verdict's), their Hodges-Lehmann estimate, the
     ratio of all bursts' medians, the mean of round ratios."""
     a, b = ([x.samples_s for x in t.bursts] for t in r.turns)
-    rounds = stats.round_log_ratios(a, b)
-    return (stats.pair_log_ratio(a, b), stats.hodges_lehmann(rounds), stats.pooled_log_ratio(a, b),
+    rounds = ratios.round_log_ratios(a, b)
+    return (ratios.pair_log_ratio(a, b), ratios.hodges_lehmann(rounds), ratios.pooled_log_ratio(a, b),
             math.log(float(np.mean(np.exp(rounds)))))
 
 

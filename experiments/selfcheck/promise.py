@@ -30,7 +30,8 @@ import numpy as np
 
 from experiments.common.child import run_to_end
 from experiments.harness.trials import TRIAL, Trial
-from experiments.measure.verdict import Evidence, rate
+from experiments.stats.geomean import Evidence
+from experiments.stats.verdicts import Verdict, rate
 from experiments.store.sweepdir import Sweep
 from experiments.sweep.paired_engine import Answer
 
@@ -125,9 +126,9 @@ def verdicts(runs: list[Run]) -> tuple[list[str], bool]:
     """The rates over every run's cells, each with its interval, and the line that says whether the promise holds."""
     aa = [c for r in runs if r.case.aa for c in r.cells]
     planted = [c for r in runs if not r.case.aa for c in r.cells]
-    alarms = sum(c.verdict in ("slower", "faster") for c in aa)
-    held = sum(len(c.interval) == 2 and c.interval[0] <= 1 <= c.interval[1] for c in aa)
-    found = sum(c.verdict == "slower" for c in planted)
+    alarms = sum(c.verdict.changed for c in aa)
+    held = sum(c.judged is not None and c.judged.ci_low <= 1 <= c.judged.ci_high for c in aa)
+    found = sum(c.verdict == Verdict.SLOWER for c in planted)
     orders = {order: bias([c for r in runs if r.case.aa and r.case.name.endswith(f"({order})") for c in r.cells])
               for order in ("A,B", "B,A")}
     out = [f"A/A slower or faster: {rate(alarms, len(aa))} (promise: at most {PROMISE['alarms']:.0%})",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from experiments.common.columns import PAIRED, PARAMS
+from experiments.common.columns import PARAMS
 from experiments.common.config import logged
 from experiments.common.job import Job
 from experiments.common.protocol import Point, PointResult
@@ -146,13 +146,9 @@ def paired_tags(r: Reading) -> dict[str, str]:
 
 
 def paired_metrics(r: Reading) -> dict[str, float]:
-    """Per op compared paired, the speedup over the baseline (its time over this point's: above 1, faster), its 95%
-    interval, p- and q-value, the trials it rests on, the interval's level at its last look and the spread it used."""
-    out = {}
-    for op, c in (r.paired.ops.items() if r.paired else ()):
-        values = (1 / c.ratio, 1 / c.ci_high, 1 / c.ci_low, c.p_value, c.q_value, c.pairs, c.confidence, c.spread)
-        out |= {f"{op}_{k}": float(v) for k, v in zip(PAIRED, values) if v == v}  # NaN (one trial): not known
-    return out
+    """Per op compared paired, its judgement's numbers (`PairedComparison.numbers`: the speedup over the baseline, its
+    interval, p- and q-value, the trials, the look's level, the spread) as `<op>_<name>`."""
+    return {f"{op}_{k}": v for op, c in (r.paired.ops.items() if r.paired else ()) for k, v in c.numbers().items()}
 
 
 def op_metrics(r: Reading) -> dict[str, float]:

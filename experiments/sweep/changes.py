@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments.common.config import VARIANT_KEYS
 from experiments.common.protocol import OpProfile
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.report.profile_change import ProfileChange
 from experiments.store import sweepdir
 from experiments.store.records import PROFILE, Record

@@ -9,7 +9,7 @@ from collections import Counter
 
 from experiments.common.protocol import PARTS, PointResult, Stats
 from experiments.measure.reading import Reading
-from experiments.measure.verdict import Evidence, PairedComparison
+from experiments.stats.geomean import Evidence
 
 log = logging.getLogger("nnbench")
 PREFIXED = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
@@ -39,7 +39,7 @@ def point_line(r: Reading, tags: dict[str, str], profile: PointResult | None) ->
         blocks = ", ".join(f"{op} {o.result.calls_per_block}" for op, o in r.ops.items())
         parts.append(f"pipelined: calls dispatched back to back, one sync per block ({blocks} calls)")
     if r.paired is not None and r.paired.ops:
-        parts.append(f"vs {r.paired.baseline}: " + ", ".join(f"{op} {compared(c)}" for op, c in r.paired.ops.items()))
+        parts.append(f"vs {r.paired.baseline}: " + ", ".join(f"{op} {c.said()}" for op, c in r.paired.ops.items()))
     if r.noisy:
         parts.append(f"NOISY: other processes used {r.background_cores:.2f} cores while it was measured")
     parts += [f"OVERSUBSCRIBED {op}: {why}" for op, why in r.oversubscribed.items() if op not in r.unstable]
@@ -70,23 +70,12 @@ def op_line(r: Reading, op: str) -> str:
     return f"{op} skipped ({r.skipped[op]})" if op in r.skipped else ""
 
 
-def compared(c: PairedComparison) -> str:
-    """A paired comparison in words, its interval on the same side: `1.51× slower [1.47, 1.55]`, `1.22× faster
-    [1.18, 1.26]`, `1.01× slower [0.99, 1.03], no change`."""
-    r, lo, hi, word = c.ratio, c.ci_low, c.ci_high, "slower"
-    if r < 1:
-        r, lo, hi, word = 1 / r, 1 / hi, 1 / lo, "faster"
-    if lo != lo:  # one trial: no interval, no verdict
-        return f"{r:.3g}× {word} (one trial: no interval)"
-    return f"{r:.3g}× {word} [{lo:.3g}, {hi:.3g}]" + ("" if c.verdict.changed else f", {c.verdict}")
-
-
 def timed(op: str, s: Stats) -> str:
     return f"{op} {s.median_s * 1e3:.3f} ms [{s.ci95_low_s * 1e3:.3f}, {s.ci95_high_s * 1e3:.3f}]"
 
 
 def set_aside(cells: list[Evidence]) -> None:
-    """A line per trial left out of a cell's verdict (`stats.far_trials`), and why."""
+    """A line per trial left out of a cell's verdict (`outliers.far_trials`), and why."""
     for e in cells:
         for why in e.set_aside:
             log.info("%s %s bs%d, %s against %s: %s; left out of the verdict, kept in trials/", e.model, e.op,

@@ -28,7 +28,8 @@ from experiments.harness import manager, pairs
 from experiments.measure.environment import spec_record
 from experiments.measure.reading import Paired
 from experiments.measure.stats import summarize
-from experiments.measure.verdict import Evidence, PairedComparison, judge_pairs
+from experiments.stats.geomean import Evidence
+from experiments.stats.paired import PairedComparison, judge_pairs
 from experiments.store import records
 from experiments.store.sweepdir import PEAKS, Sweep, SweepState
 from experiments.sweep import console, preflight, requeue, stopping, unpaired_engine
@@ -201,8 +202,7 @@ class Group:
         trials = c.used(s, b)
         return Evidence(str(self.directory.parent), records.model_name(self.jobs[0]), c.cell.op, c.cell.batch_size,
                         self.names[s], self.names[b], [t.index for t in trials], [t.log_ratio(s, b) for t in trials],
-                        str(judged.verdict), [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)],
-                        [judged.ci_low, judged.ci_high] if judged.ci_low == judged.ci_low else [])
+                        judged, [f"trial {t.index}: {why}" for t, why in c.set_aside(s, b)])
 
 
 # Overrides a cell's repro leaves out: it sets the point itself, and a fixed sweep dir or parent would clash.
@@ -248,7 +248,7 @@ def warm(side: pairs.Side) -> pairs.Side:
 @dataclass
 class Answer(Json):
     """A group's comparisons trial by trial, in its first job's dir (`ANSWER`): the sweep's end reads every group's
-    for the geometric means' intervals (`verdict.geomean`)."""
+    for the geometric means' intervals (`stats.geomean`)."""
 
     cells: list[Evidence] = field(default_factory=list)
 

@@ -21,7 +21,7 @@ from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.common.protocol import Json, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, Reading, Replaced, read
-from experiments.measure.stats import to_replace
+from experiments.stats.outliers import to_replace
 from experiments.store import records, sweepdir
 from experiments.store.sweepdir import MARKER, PEAKS, Sweep, SweepState
 from experiments.sweep import console, requeue, stopping
@@ -143,7 +143,7 @@ class Points:
         self.finished(saved)
 
     def far(self, i: int) -> list[tuple[int, str]]:
-        """Point i's processes to measure again (`stats.to_replace` on each op's process medians, with the cores
+        """Point i's processes to measure again (`outliers.to_replace` on each op's process medians, with the cores
         other processes used meanwhile), by index, the farthest op's first; none where a process failed."""
         results = self.results[i]
         if any(r.failure is not None for r in results):

@@ -13,7 +13,7 @@ from experiments.cli import main
 from experiments.compare import paired
 from experiments.harness import manager
 from experiments.harness.pairs import TRIAL, Trial
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT
 from tests.helpers import BRIEF, fake_interpreter, nnbench, runs, with_store
@@ -95,7 +95,9 @@ def test_the_json_keeps_its_schema(a_a):
     (cell,) = got["cells"]
     for key, kind in CELL.items():
         assert isinstance(cell[key], kind), (key, cell[key])
-    assert set(paired.CellVerdict.__dataclass_fields__) <= set(cell)  # every field of the typed row is in the JSON
+    typed = set(paired.CellVerdict.__dataclass_fields__) - {"judged"}  # every field of the typed row is in the JSON,
+    judged = {"speedup", "low", "high", "verdict", "trials", "ratio", "interval", "mde"}  # its judgement's flattened
+    assert typed | judged <= set(cell)
     assert len(cell["interval"]) == 2 and all(isinstance(x, (float, type(None))) for x in cell["interval"])
     assert cell["verdict"] in {str(v) for v in Verdict}
     assert (got["command"], got["axis"], got["sweep_dir"], got["exit"]) == ("ab", "framework.threads", str(out), 0)

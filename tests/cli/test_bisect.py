@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import mlflow
 import pytest
 
-from experiments.common.columns import PAIRED
 from experiments.compare import across_envs, bisection, paired, upstream
-from experiments.measure.verdict import Verdict, judge_pairs
+from experiments.stats.paired import PAIRED, judge_pairs
+from experiments.stats.verdicts import Verdict
 from experiments.selfcheck import planted as plant
 from tests.cli.conftest import PLANTED_POINT, paired_point
 from tests.helpers import nnbench, with_store
@@ -138,7 +138,8 @@ def test_an_inconclusive_step_stops_in_one_line(planted_steps, paired_store, cap
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("inconclusive")]
     assert line.startswith("inconclusive: 1.1 against the start 1.0: ×1.020 ["), line
-    assert "inconclusive, 12 pairs, neither beyond nor within ±3%" in line and "(1.0..1.2): not guessing" in line
+    assert "inconclusive, 12 pairs, MDE ×1.030, neither beyond nor within ±3%" in line
+    assert "(1.0..1.2): not guessing" in line
     assert "raise --max-pairs (now 12)" in line and "first changed" not in out
     assert [n for _, vb, n, *_ in said["steps"] if vb == "1.1"] == [DESIGN.max_pairs]
     df = runs_since(paired_store, t0)

@@ -9,9 +9,10 @@ import pytest
 
 from experiments.compare import upstream
 from experiments.compare.paired import CellVerdict
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.store.records import Record
 from tests.cli.conftest import script
+from tests.helpers.judged import judged
 
 
 def side(label: str, torch_version: str, median_s: float) -> upstream.Side:
@@ -25,8 +26,8 @@ def side(label: str, torch_version: str, median_s: float) -> upstream.Side:
 
 
 def cell(ratio: float, low: float, high: float) -> CellVerdict:
-    return CellVerdict("lenet", "inference", 32, "B", "A", 1 / ratio, 1 / high, 1 / low, Verdict.SLOWER, 6, None,
-                       "", "python -m experiments.run -m runtime.python=a,b model=lenet")
+    return CellVerdict("lenet", "inference", 32, "B", "A", judged(ratio, low, high, Verdict.SLOWER, 6), None, "",
+                       "python -m experiments.run -m runtime.python=a,b model=lenet")
 
 
 def test_the_draft_says_the_numbers_the_environments_and_how_to_run_the_script():

@@ -205,7 +205,7 @@ def test_the_gate_fails_only_where_a_version_is_slower_than_the_one_before(paire
     from types import SimpleNamespace
 
     from experiments.compare import across_envs, paired, versions
-    from experiments.measure.verdict import judge_pairs
+    from experiments.stats.paired import judge_pairs
 
     label = "torch-eager fp32 runtime.python={}".format
 

@@ -6,7 +6,7 @@ import pytest
 
 from experiments.common.errors import LOST, OK
 from experiments.compare import along_axis, paired
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 
 
 def cell(verdict: Verdict, speedup: float = 0.8) -> paired.CellVerdict:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from experiments.compare import paired
 from experiments.compare.bisection_paired import step, step_row
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 
 
 def test_a_step_with_its_verdict():

@@ -7,8 +7,9 @@ from markdown_it import MarkdownIt
 
 from experiments.compare import paired
 from experiments.harness.pairs import Cell
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from experiments.sweep.paired_engine import repro
+from tests.helpers.judged import judged
 
 OVERRIDES = ["framework=jax,torch", "model=lenet", "report.along=framework"]
 THRESHOLD = 0.03
@@ -20,8 +21,10 @@ VERDICTS = [("inference", 2, 2.10, 1.95, 2.26, Verdict.FASTER), ("inference", 8,
 
 
 def row(op: str, batch: int, speedup: float, low: float, high: float, verdict: Verdict) -> paired.CellVerdict:
-    return paired.CellVerdict("lenet", op, batch, "torch-eager fp32", "jax-jit fp32", speedup, low, high, verdict, 5,
-                              None, "nothing else", repro(OVERRIDES, Cell(batch, op)))
+    mde = max(1 + THRESHOLD, (high / low) ** 0.5)  # as the judge gives it, from the interval's half-width
+    return paired.CellVerdict("lenet", op, batch, "torch-eager fp32", "jax-jit fp32",
+                              judged(1 / speedup, 1 / high, 1 / low, verdict, mde=mde), None, "nothing else",
+                              repro(OVERRIDES, Cell(batch, op)))
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ def test_the_changed_cells_render_as_a_table_with_their_numbers(rendered):
     assert [b[0] for b in body] == [f"{r.model} {r.op} bs{r.batch_size}" for r in changed]
     for r, b in zip(changed, body):
         low, high = r.interval()
-        seen = paired.detectable(r, THRESHOLD)
+        seen = r.judged.mde - 1
         assert b[2:] == [f"{r.ratio:.3f}", f"[{low:.3f}, {high:.3f}]", f"**{r.verdict}**", f"{seen:.1%}"], b
         assert low < r.ratio < high and seen >= THRESHOLD
     assert "<table>" in MarkdownIt("commonmark").enable("table").render(text)

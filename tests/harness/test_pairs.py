@@ -22,7 +22,8 @@ import pytest
 
 from experiments.common.protocol import Burst, Point, Prepared, Ready, Request, Setup
 from experiments.harness import manager, pairs
-from experiments.measure.verdict import Verdict, judge_pairs
+from experiments.stats.paired import judge_pairs
+from experiments.stats.verdicts import Verdict
 from tests.helpers import FORMAT, TINY, budget
 
 CELL = pairs.Cell(2, "inference")

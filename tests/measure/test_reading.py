@@ -11,7 +11,8 @@ from experiments.common.protocol import Measurement, OpResult, Point, PointResul
 from experiments.measure import peaks as hardware
 from experiments.measure.machine import MachineCheck
 from experiments.measure.reading import NOISY_CORES, OpReading, Paired, merge, read
-from experiments.measure.verdict import PairedComparison, Verdict
+from experiments.stats.paired import PairedComparison
+from experiments.stats.verdicts import Verdict
 from tests.helpers import budget, ok_op
 
 POINT = Point(32, ("inference", "training"))

@@ -5,9 +5,10 @@ import math
 import pandas as pd
 import pytest
 
-from experiments.measure.verdict import Evidence
+from experiments.stats.geomean import Evidence
 from experiments.report import answer, pages, tables
 from tests.report.test_report import BASE, PAIRED, fake_runs, paired_runs
+from tests.helpers.judged import judged
 
 TRIAL_BIAS = [-0.02, -0.01, 0.0, 0.01, 0.02]  # each trial's processes move every cell's log ratio alike
 
@@ -104,7 +105,7 @@ def test_an_op_left_without_a_number_and_oversubscribed_threads_are_said():
 def evidence(group: str = "lenet") -> list[Evidence]:
     """jax-jit fp32's trials against the baseline, five per cell, each trial's bias the same on every cell."""
     return [Evidence(group, "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
-                     [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+                     [-math.log(speedup) + b for b in TRIAL_BIAS], judged(1 / speedup, verdict=verdict))
             for bs, (speedup, verdict) in PAIRED.items()]
 
 
@@ -127,7 +128,7 @@ def test_cells_that_go_both_ways_make_a_mixed_headline_with_their_range():
     """Three cells 0.61-0.89× (slower) and one 22× (faster): their geometric mean reads 1.73× faster, against three
     of the four; the headline says mixed, names the range of the cells, and gives the mean only beside the count."""
     cells = [Evidence("lenet", "lenet", "inference", bs, "jax-jit fp32", BASE, list(range(5)),
-                      [-math.log(speedup) + b for b in TRIAL_BIAS], verdict)
+                      [-math.log(speedup) + b for b in TRIAL_BIAS], judged(1 / speedup, verdict=verdict))
              for bs, speedup, verdict in ((2, 0.61, "slower"), (8, 0.75, "slower"), (32, 0.89, "slower"),
                                           (128, 22.0, "faster"))]
     t = tables.tidy(paired_runs())
@@ -195,3 +196,13 @@ def test_metric_names_that_hold_long_interpreter_paths_stay_within_what_mlflow_t
                .endswith("bin/python") for n in names)
     assert answer.metric_name("jax-jit fp32", "inference", "torch-eager fp32", "_ci95_low") == (
         "speedup_inference_jax-jit_fp32_vs_torch-eager_fp32_ci95_low")  # a short name stays whole
+
+
+def test_each_paired_cell_gives_the_parent_its_minimum_detectable_effect():
+    from experiments.stats.paired import judge_pairs
+
+    logs = [0.05, 0.07, 0.06, 0.08, 0.04]
+    (c,) = judge_pairs([logs], 0.03, 0.05)
+    e = Evidence("lenet", "lenet", "inference", 32, "jax-jit fp32", BASE, list(range(5)), logs, c)
+    m = answer.metrics(tables.tidy(paired_runs()), BASE, [e])
+    assert m["speedup_inference_bs32_lenet_jax-jit_fp32_vs_torch-eager_fp32_mde"] == float(f"{c.mde:.4g}") >= 1.03

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.report import changepoints, regressions
+from experiments.report import regressions
+from experiments.stats import changepoints
 
 
 def groups(rng, levels, k=5, spread=0.05):

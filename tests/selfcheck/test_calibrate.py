@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import pandas as pd
 
-from experiments.measure.verdict import Evidence
+from experiments.stats.geomean import Evidence
 from experiments.selfcheck import calibrate, promise
 from tests.helpers import ROOT, nnbench
+from tests.helpers.judged import judged
 
 
 def replicates(rng, points=12, repeats=6, spread=0.03):
@@ -59,8 +60,8 @@ def test_rates_come_with_their_binomial_interval():
 
 def aa_cell(log_ratio: float, verdict: str = "no change", width: float = 0.02, bs: int = 32) -> Evidence:
     ratio = math.exp(log_ratio)
-    return Evidence("g", "lenet", "inference", bs, "B", "A", [0, 1, 2, 3, 4], [log_ratio] * 5, verdict,
-                    interval=[ratio / (1 + width), ratio * (1 + width)])
+    return Evidence("g", "lenet", "inference", bs, "B", "A", [0, 1, 2, 3, 4], [log_ratio] * 5,
+                    judged(ratio, ratio / (1 + width), ratio * (1 + width), verdict))
 
 
 def run_of(case: str, cells: list[Evidence], aa: bool = True) -> promise.Run:

@@ -9,7 +9,7 @@ import pytest
 
 from experiments.common import config
 from experiments.harness import envs, installers, pairs
-from experiments.measure.verdict import judge_pairs
+from experiments.stats.paired import judge_pairs
 from experiments.selfcheck import planted
 from experiments.sweep import commandline
 

@@ -8,11 +8,13 @@ import pytest
 import yaml
 
 import models
-from experiments.common.columns import PAIRED, PARAMS
+from experiments.common.columns import PARAMS
+from experiments.stats.paired import PAIRED
 from experiments.common.job import Job
 from experiments.common.protocol import STATS, OpResult, Point, PointResult
 from experiments.measure.reading import Paired, read
-from experiments.measure.verdict import PairedComparison, Verdict
+from experiments.stats.paired import PairedComparison
+from experiments.stats.verdicts import Verdict
 from experiments.store import records
 from experiments.sweep import preflight
 from tests.helpers import config, ok_op
@@ -189,7 +191,7 @@ def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
     its interval, p, q, trials, the interval's level and the spread it used; an op with one trial has no interval;
     the baseline's own points say so."""
     reading = read(POINT, processes(1.00e-3, 1.02e-3, 0.99e-3))
-    slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5, 0.985, 0.03)
+    slower = PairedComparison(1.6, 1.5, 1.7, 0.001, 0.004, Verdict.SLOWER, 5, 0.985, 0.03, 1.07)
     once = PairedComparison(0.8, float("nan"), float("nan"), float("nan"), float("nan"), Verdict.UNKNOWN, 1)
     paired = Paired("torch-compile fp32", "torch-eager fp32", {"inference": slower, "training": once},
                     ("threads 1 vs 2", "layout channels_last vs contiguous"), design="in-process")
@@ -205,7 +207,8 @@ def test_a_paired_point_carries_its_comparison_as_tags_and_metrics(tmp_path):
         "inference_speedup_p_value": 0.001, "inference_speedup_q_value": 0.004, "inference_speedup_trials": 5.0,
         "inference_speedup_look_level": 0.985, "inference_speedup_spread": 0.03,
         "training_speedup": 1.25, "training_speedup_trials": 1.0})
-    assert {f"inference_{m}" for m in PAIRED} <= set(rec.metrics)
+    assert {f"inference_{m}" for m in PAIRED} <= set(rec.metrics) and rec.metrics["inference_mde"] == 1.07
+    assert "training_mde" not in rec.metrics  # one trial: not known
     rec.save(tmp_path / "point")
     assert records.Record.load(tmp_path / "point") == rec
     alike = records.build(JOB, replace(reading, paired=replace(paired, differs=())))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments.harness.pairs import Trial
-from experiments.measure.verdict import Verdict
+from experiments.stats.verdicts import Verdict
 from tests.helpers import BRIEF, fake_interpreter, run, runs, with_store
 
 pytestmark = pytest.mark.slow

@@ -265,7 +265,7 @@ def test_two_trials_give_each_speedup_its_interval_and_verdict(tmp_path, fake_py
         assert set(rows[f"tags.{op}_verdict"]) == {"faster"} and set(rows[f"metrics.{op}_speedup_trials"]) == {2}
         low, speedup, high = (rows[f"metrics.{op}_speedup{k}"] for k in ("_ci95_low", "", "_ci95_high"))
         assert ((1.8 < low) & (low < speedup) & (speedup < high) & (high < 2.2)).all()
-        assert (rows[f"metrics.{op}_speedup_q_value"] < 0.05).all()
+        assert (rows[f"metrics.{op}_speedup_q_value"] < 0.05).all() and (rows[f"metrics.{op}_mde"] >= 1.03).all()
     (parent,) = runs(uri, parents=True)["run_id"]
     p = MlflowClient(uri).get_run(parent).data
     interval = r"[12]\.\d\d× faster \[[12]\.\d\d, [12]\.\d\d\]"  # 2× faster, as the metrics below say
@@ -277,7 +277,8 @@ def test_two_trials_give_each_speedup_its_interval_and_verdict(tmp_path, fake_py
         assert 1.8 < low <= mean <= high < 2.2  # to 4 digits
     assert p.tags["nnbench.headline"] in r.stdout
     assert re.search(r"lenet · jax-jit · fp32 · bs32: .*; vs torch-eager fp32: inference [12](\.\d+)?× faster "
-                     r"\[[\d.]+, [\d.]+\], training [12](\.\d+)?× faster \[[\d.]+, [\d.]+\](;|$)", r.stdout, re.M)
+                     r"\[[\d.]+, [\d.]+\], MDE ×[\d.]+, training [12](\.\d+)?× faster \[[\d.]+, [\d.]+\], "
+                     r"MDE ×[\d.]+(;|$)", r.stdout, re.M)
     assert "[24/24, ETA 0:00]" in r.stdout + r.stderr and "trial 2: jax-jit fp32 " in r.stdout
 
 

@@ -1,13 +1,12 @@
 """The verdict (Welch's t on log per-process medians, Benjamini-Hochberg across comparisons) on inputs with known
-answers: scipy's own tests, planted changes, and simulated A/A families whose false-alarm rate must stay <= 5%; and
-the geometric mean over a paired sweep's cells with its interval from their trials."""
+answers: scipy's own tests, planted changes, and simulated A/A families whose false-alarm rate must stay <= 5%."""
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.measure.verdict import Evidence, geomean, judge, process_medians, welch
+from experiments.stats.unpaired import judge, process_medians, welch
 
 
 def processes(rng, median, k=5, spread=0.05):
@@ -100,50 +99,3 @@ def test_process_medians_from_a_samples_entry():
     entry = {"samples_s": [1, 2, 3, 10, 11, 12], "processes": [{"samples_s": [1, 2, 3]}, {"samples_s": [10, 11, 12]}]}
     assert process_medians(entry) == [2.0, 11.0]
     assert process_medians({"samples_s": [3.0, 1.0, 2.0]}) == [2.0]  # a run of old: one process
-
-
-def cell(group: str, trials: list[int], log_ratios, bs: int = 2) -> Evidence:
-    return Evidence(group, "lenet", "inference", bs, "B", "A", trials, [float(x) for x in log_ratios])
-
-
-def test_one_groups_geometric_mean_is_students_t_over_its_trial_means():
-    """The cells of one group share their trials' processes: the interval comes from the spread of the trial means
-    (scipy's one-sample t interval on them), over the trials that measured every cell (trial 5 missed one)."""
-    rng = np.random.default_rng(8)
-    bias = rng.normal(0, 0.03, 6)  # each trial's processes move all of its cells alike
-    cells = [cell("g", list(range(6)), level + bias + rng.normal(0, 0.01, 6), bs)
-             for level, bs in ((0.1, 2), (0.3, 8), (-0.1, 32))]
-    cells.append(cell("g", list(range(5)), 0.2 + bias[:5], 128))
-    means = np.mean([c.log_ratios[:5] for c in cells], axis=0)
-    ci = stats.ttest_1samp(means, 0).confidence_interval(0.95)
-    r, lo, hi = geomean(cells)
-    assert r == pytest.approx(math.exp(means.mean())) and (lo, hi) == pytest.approx((math.exp(ci.low),
-                                                                                      math.exp(ci.high)))
-
-
-def test_independent_groups_combine_weighted_by_their_cells():
-    """Two groups with the same spread of trial means and as many trials: Welch-Satterthwaite gives 2(n - 1) degrees
-    of freedom and the variance halves; with unequal groups, each weighs by its cells."""
-    x = np.array([0.05, 0.12, 0.08, 0.1, 0.02])
-    r, lo, hi = geomean([cell("g1", list(range(5)), x), cell("g2", list(range(5)), x + 0.1, 8)])
-    half = stats.t.ppf(0.975, 2 * (5 - 1)) * math.sqrt(x.var(ddof=1) / 5 / 2)
-    assert math.log(r) == pytest.approx(x.mean() + 0.05)
-    assert (math.log(lo), math.log(hi)) == pytest.approx((x.mean() + 0.05 - half, x.mean() + 0.05 + half))
-    y = np.array([0.3, 0.2, 0.25])  # one cell, three trials, beside two cells of five
-    r, lo, hi = geomean([cell("g1", list(range(5)), x), cell("g1", list(range(5)), x + 0.02, 8),
-                         cell("g2", [0, 1, 2], y, 32)])
-    w = np.array([2, 1]) / 3
-    parts = w ** 2 * np.array([x.var(ddof=1) / 5, y.var(ddof=1) / 3])
-    df = parts.sum() ** 2 / (parts[0] ** 2 / 4 + parts[1] ** 2 / 2)
-    d = w @ [x.mean() + 0.01, y.mean()]
-    half = stats.t.ppf(0.975, df) * math.sqrt(parts.sum())
-    assert (math.log(r), math.log(lo), math.log(hi)) == pytest.approx((d, d - half, d + half))
-
-
-def test_a_group_with_one_trial_gives_no_interval():
-    r, lo, hi = geomean([cell("g", [0], [0.1]), cell("g", [0], [0.3], 8)])
-    assert r == pytest.approx(math.exp(0.2)) and math.isnan(lo) and math.isnan(hi)
-    r, lo, hi = geomean([cell("g1", [0], [0.1]), cell("g2", [0, 1, 2], [0.1, 0.2, 0.3], 8)])
-    assert r == pytest.approx(math.exp(0.15)) and math.isnan(lo) and math.isnan(hi)  # one group's unknown spread
-    assert all(math.isnan(v) for v in geomean([cell("g", [0], [0.1]), cell("g", [1], [0.2], 8)]))  # no trial in common
-    assert geomean([cell("g", [0, 1], [0.1, 0.1])]) == pytest.approx((math.exp(0.1),) * 3)  # no spread at all
