@@ -7,11 +7,13 @@ import pytest
 from experiments.common.errors import LOST, OK
 from experiments.compare import along_axis, paired
 from experiments.stats.verdicts import Verdict
+from tests.helpers.judged import judged
 
 
 def cell(verdict: Verdict, speedup: float = 0.8) -> paired.CellVerdict:
-    return paired.CellVerdict("lenet", "inference", 32, "torch-eager fp32", "jax-jit fp32", speedup, speedup * 0.95,
-                              speedup * 1.05, verdict, 6, None, "", "nnbench ab ...")
+    return paired.CellVerdict("lenet", "inference", 32, "torch-eager fp32", "jax-jit fp32",
+                              judged(1 / speedup, 1 / (speedup * 1.05), 1 / (speedup * 0.95), verdict, 6), None, "",
+                              "nnbench ab ...")
 
 
 @pytest.fixture
