@@ -385,3 +385,49 @@ def test_every_commands_options_are_the_ones_commands_md_lists():
         have = options(name)
         assert flags_listed == have, (f"nnbench {name}: commands.md lists {sorted(flags_listed - have)} it lacks, "
                                       f"and lacks {sorted(have - flags_listed)}")
+
+
+def logged_names() -> tuple[set[str], set[str]]:
+    """The params and the per-op metric names (`median_s`, `speedup`, ...) a point's run carries, from the code."""
+    from experiments.common.columns import DERIVED, PAIRED, PARAMS
+    from experiments.common.protocol import METRICS, STATS
+
+    return set(PARAMS), {*STATS, *METRICS, *DERIVED, *PAIRED}
+
+
+def test_the_reference_names_every_param_and_metric_a_point_logs():
+    """reference.md's tables of a point's run name each param and per-op metric the code logs."""
+    text = (ROOT / "docs" / "reference.md").read_text()
+    params, metrics = logged_names()
+    missing = sorted(n for n in params | metrics if f"`{n}`" not in text)
+    assert not missing, f"reference.md does not document {', '.join(missing)}"
+
+
+def python_blocks(path: Path):
+    """(line number, source) of every fenced python block."""
+    lines, start, block = path.read_text().splitlines(), None, []
+    for n, line in enumerate(lines, 1):
+        if start is None and line.strip() == "```python":
+            start, block = n, []
+        elif start is not None and line.startswith("```"):
+            yield start, "\n".join(block)
+            start = None
+        elif start is not None:
+            block.append(line)
+
+
+@pytest.mark.parametrize("path,n,source", [pytest.param(path, n, source, id=where(path, n)) for path in DOCS
+                                           for n, source in python_blocks(path)])
+def test_every_python_block_compiles_and_names_logged_fields(path, n, source):
+    """A Python recipe (pandas over `mlflow.search_runs`, a network's build()) is valid Python, and every
+    `params.X` and `metrics.<op>_X` column it reads is one a point's run carries."""
+    compile(source, where(path, n), "exec")
+    params, metrics = logged_names()
+    from experiments.common.config import OPS
+
+    for kind, name in re.findall(r"\b(params|metrics)\.([a-z0-9_]+)", source):
+        if kind == "params":
+            assert name in params, f"{where(path, n)}: no point logs the param {name}"
+        else:
+            op, _, metric = name.partition("_")
+            assert op in OPS and metric in metrics, f"{where(path, n)}: no point logs the metric {name}"
