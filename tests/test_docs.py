@@ -1,7 +1,7 @@
 """The docs' commands as the product reads them: every shell line in README.md and docs/*.md that runs `nnbench ...`,
 `python -m experiments ...` or `python -m experiments.run ...` is parsed by that command's own argparse (or Hydra's
 command line), its overrides by Hydra's override parser and composed with the real config; an inline `nnbench CMD
---flag` names a flag CMD has; the README's config table names keys and defaults the config has; every relative link
+--flag` names a flag CMD has; the reference.md's config table names keys and defaults the config has; every relative link
 and anchor resolves. A renamed flag, key or heading fails here, naming the doc line. Nothing runs: no subprocess, no
 framework."""
 import argparse
@@ -277,7 +277,7 @@ def table(path: Path, header: str) -> list[list[str]]:
 
 
 def value(node) -> str:
-    """A composed value as the README writes it: true, null, [a,b], 0.2."""
+    """A composed value as the reference writes it: true, null, [a,b], 0.2."""
     if isinstance(node, bool):
         return str(node).lower()
     if node is None:
@@ -297,29 +297,29 @@ def lookup(config: dict, key: str):
 
 
 def same(said: str, found: str) -> bool:
-    """The README's default and the config's, as text or as numbers (300 and 300.0)."""
+    """The reference's default and the config's, as text or as numbers (300 and 300.0)."""
     try:
         return float(said) == float(found)
     except ValueError:
         return said == found
 
 
-def test_the_readme_config_table_is_the_config():
-    """Every key the README's table names exists, with the default it says (jax's or torch's, before any
+def test_the_reference_config_table_is_the_config():
+    """Every key the reference's table names exists, with the default it says (jax's or torch's, before any
     parenthesis: the other presets)."""
     configs = [OmegaConf.to_container(composed(o), resolve=False) for o in ((), ("framework=torch",))]
-    rows = table(ROOT / "README.md", "| key | options | default |")
+    rows = table(ROOT / "docs" / "reference.md", "| key | options | default |")
     assert len(rows) > 40
     for key_cell, _, default_cell in rows:
         keys = re.findall(r"`([a-z0-9_.]+)`", key_cell)
         defaults = re.findall(r"`([^`]+)`", default_cell.split("(")[0])
         for key in keys:
-            assert any(lookup(c, key) is not KeyError for c in configs), f"README's config table: no key {key}"
+            assert any(lookup(c, key) is not KeyError for c in configs), f"reference.md's config table: no key {key}"
         if len(defaults) == len(keys):
             for key, said in zip(keys, defaults):
                 found = {value(lookup(c, key)) for c in configs if not isinstance(lookup(c, key), dict)}
                 assert not found or any(same(said, f) for f in found), \
-                    f"README's config table: {key} defaults to {' or '.join(found)}, not {said}"
+                    f"reference.md's config table: {key} defaults to {' or '.join(found)}, not {said}"
 
 
 def leaves(config: dict, prefix: str = "") -> set[str]:
@@ -327,16 +327,16 @@ def leaves(config: dict, prefix: str = "") -> set[str]:
                                                      {prefix + key})}
 
 
-def test_the_readme_config_table_has_every_key():
-    """Every key of the config is a row of the README's table (a group's `name` is its row; a model's keys are the
+def test_the_reference_config_table_has_every_key():
+    """Every key of the config is a row of the reference's table (a group's `name` is its row; a model's keys are the
     models table's)."""
-    rows = table(ROOT / "README.md", "| key | options | default |")
+    rows = table(ROOT / "docs" / "reference.md", "| key | options | default |")
     documented = {k for row in rows for k in re.findall(r"`([a-z0-9_.]+)`", row[0])}
     keys = set().union(*(leaves(OmegaConf.to_container(composed(o), resolve=False))
                          for o in ((), ("framework=torch",))))
     missing = {k for k in keys if not k.startswith("model.") and k not in documented
                and k.removesuffix(".name") not in documented}
-    assert not missing, f"README's config table lacks {', '.join(sorted(missing))}"
+    assert not missing, f"reference.md's config table lacks {', '.join(sorted(missing))}"
 
 
 def slug(heading: str) -> str:
@@ -366,3 +366,68 @@ def test_every_link_and_anchor_resolves(path, target):
     assert resolved.exists(), f"{path.relative_to(ROOT)}: {target} is no file"
     if anchor and resolved.suffix == ".md":
         assert anchor in anchors(resolved), f"{path.relative_to(ROOT)}: {target}: no such heading"
+
+
+def options(name: str) -> set[str]:
+    """The long options `nnbench NAME --help` lists."""
+    _, mine = parser(name)
+    return {s for action in mine._actions for s in action.option_strings if s.startswith("--")} - {"--help"}
+
+
+def test_every_commands_options_are_the_ones_commands_md_lists():
+    """commands.md's table of each command's options and each command's parser agree both ways: a flag added,
+    renamed or removed on one side fails here, naming the command."""
+    rows = table(ROOT / "docs" / "commands.md", "| command | options |")
+    listed = {name: set(re.findall(r"`(--[a-z0-9-]+)`", cell)) for names, cell in rows
+              for name in re.findall(r"`([a-z]+)`", names)}
+    assert set(listed) == set(COMMANDS) - {"run"}, "commands.md's options table lists other commands than nnbench has"
+    for name, flags_listed in listed.items():
+        have = options(name)
+        assert flags_listed == have, (f"nnbench {name}: commands.md lists {sorted(flags_listed - have)} it lacks, "
+                                      f"and lacks {sorted(have - flags_listed)}")
+
+
+def logged_names() -> tuple[set[str], set[str]]:
+    """The params and the per-op metric names (`median_s`, `speedup`, ...) a point's run carries, from the code."""
+    from experiments.common.columns import DERIVED, PAIRED, PARAMS
+    from experiments.common.protocol import METRICS, STATS
+
+    return set(PARAMS), {*STATS, *METRICS, *DERIVED, *PAIRED}
+
+
+def test_the_reference_names_every_param_and_metric_a_point_logs():
+    """reference.md's tables of a point's run name each param and per-op metric the code logs."""
+    text = (ROOT / "docs" / "reference.md").read_text()
+    params, metrics = logged_names()
+    missing = sorted(n for n in params | metrics if f"`{n}`" not in text)
+    assert not missing, f"reference.md does not document {', '.join(missing)}"
+
+
+def python_blocks(path: Path):
+    """(line number, source) of every fenced python block."""
+    lines, start, block = path.read_text().splitlines(), None, []
+    for n, line in enumerate(lines, 1):
+        if start is None and line.strip() == "```python":
+            start, block = n, []
+        elif start is not None and line.startswith("```"):
+            yield start, "\n".join(block)
+            start = None
+        elif start is not None:
+            block.append(line)
+
+
+@pytest.mark.parametrize("path,n,source", [pytest.param(path, n, source, id=where(path, n)) for path in DOCS
+                                           for n, source in python_blocks(path)])
+def test_every_python_block_compiles_and_names_logged_fields(path, n, source):
+    """A Python recipe (pandas over `mlflow.search_runs`, a network's build()) is valid Python, and every
+    `params.X` and `metrics.<op>_X` column it reads is one a point's run carries."""
+    compile(source, where(path, n), "exec")
+    params, metrics = logged_names()
+    from experiments.common.config import OPS
+
+    for kind, name in re.findall(r"\b(params|metrics)\.([a-z0-9_]+)", source):
+        if kind == "params":
+            assert name in params, f"{where(path, n)}: no point logs the param {name}"
+        else:
+            op, _, metric = name.partition("_")
+            assert op in OPS and metric in metrics, f"{where(path, n)}: no point logs the metric {name}"

@@ -15,6 +15,8 @@ fi
 base=$1 head=$2
 shift 2
 summary=${GITHUB_STEP_SUMMARY:-nnbench-ab.md}
+# nnbench appends its report (a job summary collects several): outside GitHub, start a fresh file on each run
+[ -n "${GITHUB_STEP_SUMMARY:-}" ] || rm -f "$summary"
 rc=0
 nnbench ab "runtime.python='$base','$head'" "$@" --fail-on-regression --markdown "$summary" --json \
   > nnbench-ab.json || rc=$?

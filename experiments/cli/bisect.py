@@ -8,8 +8,8 @@ range's start up to it, a changed one moves its end down. It probes about log2(n
 installed is skipped and said. The overrides must make one point: one model, one op, one batch size.
 
 Each step is judged paired, as `nnbench ab runtime.python=START,PROBE` would: fresh pairs of warm workers, one in the
-start's environment and one in the probe's, alternating short bursts while the other is stopped (about a minute and a
-half per step on 2 cores; --pairs, --max-pairs, --bursts, --burst-ms). Every step compares the probe with
+start's environment and one in the probe's, alternating short bursts while the other is stopped (the bench preset's
+design: 5 pairs of 25 bursts of 20 ms by default, up to 12; --pairs, --max-pairs, --bursts, --burst-ms). Every step compares the probe with
 the start, not with its nearest known neighbour: each verdict then answers the one question a bisection needs (is
 this version still at the start's level?), while chained neighbour verdicts of "no change within ±3%" could drift
 step by step beyond the threshold unseen; and the start's workers run beside every probe's, so no verdict compares

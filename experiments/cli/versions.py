@@ -9,8 +9,9 @@ The sweep's overrides go anywhere on the line (`--` optional).
 
 With two or more specs it compares each adjacent pair of versions paired, as `nnbench ab runtime.python=A,B`
 would: on each point, fresh pairs of warm workers, one per environment, alternating short bursts while the other is
-stopped, which finds changes of a few percent on a shared machine. It costs about a minute and a half per point and
-pair of versions on 2 cores (6 pairs of 75 bursts of 20 ms; more pairs while inconclusive, up to --max-pairs). It
+stopped, which finds changes of a few percent on a shared machine. Each cell takes the bench preset's design (the
+default: 5 pairs of 25 bursts of 20 ms, more pairs while inconclusive, up to --max-pairs: 12); the README sweep's cells took
+about 12 s each on 2 cores (docs/evidence.md). It
 prints each pair of versions' table (ratio newer/older, its interval, the verdict) and logs each comparison under
 the versions' parent run; --pairs, --max-pairs, --bursts, --burst-ms, --threshold and --alpha set it. --issue DIR
 writes, for each cell judged slower, an upstream report draft and a script that shows it with the framework alone.

@@ -135,8 +135,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help=f"the sweep to repeat (default: {' '.join(README_SWEEP)})")
     p.add_argument("--repeats", type=positive("--repeats", "18", int, least=1, strict=False),
-                   help="replicates of the sweep (default 18: 9 A/A pairs, 108 comparisons for the README sweep's 12 "
-                        "points); with --paired, rounds of its sweeps (default 2)")
+                   help="replicates of the sweep (default 18: 9 A/A pairs, 108 comparisons for the README sweep's 6 "
+                        "cells of 2 variants); with --paired, rounds of its sweeps (default 2)")
     p.add_argument("--sweep", metavar="RUN_ID|last", help="judge the replicates of this stored sweep (its parent run "
                                                           "id, or last: the newest) instead")
     p.add_argument("--uri", help="the store (default: a new one in a temporary directory)")

@@ -59,8 +59,9 @@ def test_a_slower_head_fails_the_check_naming_the_cell(tmp_path):
 
 
 def test_two_environments_doing_the_same_work_pass(tmp_path):
-    """Base and head alike, off GitHub: exit 0, no error line, the Markdown in nnbench-ab.md and on standard output,
-    no cell changed."""
+    """Base and head alike, off GitHub: exit 0, no error line, the Markdown in nnbench-ab.md (a fresh one: an earlier
+    run's report is not appended to) and on standard output, no cell changed."""
+    (tmp_path / "nnbench-ab.md").write_text("an earlier run's report\n")
     r = compare_sh(*interpreters(tmp_path), tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith("nnbench")], r.stderr[-3000:]
@@ -68,4 +69,4 @@ def test_two_environments_doing_the_same_work_pass(tmp_path):
     assert cell["verdict"] == "no change" and 0.99 < cell["ratio"] < 1.01, cell
     text = (tmp_path / "nnbench-ab.md").read_text()
     assert "None of 1 cells changed" in text and "<table" not in text and "| cell |" not in text
-    assert text in r.stdout
+    assert "an earlier run's report" not in text and text in r.stdout

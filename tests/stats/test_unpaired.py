@@ -78,7 +78,7 @@ def test_a_lone_small_p_among_many_is_not_a_discovery():
 @pytest.mark.parametrize("k,spread", [(5, 0.05), (5, 0.3), (10, 0.1)])
 def test_a_a_false_alarms_stay_at_five_percent(k, spread):
     """1000 families of 12 A/A comparisons (a sweep's points): at most 5% of comparisons say changed (the
-    simulations in docs/comparing.md: 4.3-4.9% without the threshold, BH only lowers it)."""
+    simulations in docs/evidence.md: 4.3-4.9% without the threshold, BH only lowers it)."""
     rng = np.random.default_rng(6)
     alarms = n = 0
     for _ in range(1000 // 12 + 1):
