@@ -389,7 +389,8 @@ def test_every_commands_options_are_the_ones_commands_md_lists():
 
 def logged_names() -> tuple[set[str], set[str]]:
     """The params and the per-op metric names (`median_s`, `speedup`, ...) a point's run carries, from the code."""
-    from experiments.common.columns import DERIVED, PAIRED, PARAMS
+    from experiments.common.columns import DERIVED, PARAMS
+    from experiments.stats.paired import PAIRED
     from experiments.common.protocol import METRICS, STATS
 
     return set(PARAMS), {*STATS, *METRICS, *DERIVED, *PAIRED}
