@@ -17,6 +17,9 @@ def main(text: str) -> int:
     e = Export.from_json(text)
     pin(e.framework, e.setup.threads)
     backend = load(e.framework)
+    if not hasattr(backend, "export"):  # a reference backend that builds no program a framework could load
+        print(f"Unsupported: the {e.framework} backend exports no step", file=sys.stderr)
+        return 3
     try:
         backend.configure(e.setup)
         files = backend.export(models.declared(**e.model), e.op, e.batch_size, e.seed, Path(e.out))
