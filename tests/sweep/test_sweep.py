@@ -129,8 +129,8 @@ def test_sweep_has_one_parent_with_the_report(readme_sweep):
     # the parent carries the answer: description, metrics, the environment's tags, the UI's columns
     note = p.data.tags["mlflow.note.content"]
     verdict = r"(\d+\.\d\d× (faster|slower)|as fast)"  # one trial: no interval, no verdict
-    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {verdict} \\(4 of 4 cells no verdict\\), "
-                        f"training {verdict} \\(2 of 2 cells no verdict\\)", headline), headline
+    assert re.fullmatch(f"jax-jit fp32 vs torch-eager fp32: inference {verdict} \\(geometric mean of 4 cells: 4 no "
+                        f"verdict\\), training {verdict} \\(geometric mean of 2 cells: 2 no verdict\\)", headline), headline
     assert note.startswith(f"{headline}\n\n| model ")  # a plain line: the runs table shows it raw
     assert "- lenet training: jax-jit fp32 is " in note and "| lenet   | inference |       2 | jax-jit fp32" in note
     assert "Paired: each cell's variants took turns" in note and "- jax-jit fp32: layout nhwc vs contiguous" in note
