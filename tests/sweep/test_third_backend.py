@@ -7,8 +7,8 @@ from tests.helpers import BRIEF, run, runs, with_store
 
 @pytest.mark.slow
 def test_numpy_joins_a_sweep_paired_with_jax_and_torch(tmp_path):
-    r = run(["-m", "framework=jax,torch,numpy", "model=mlp_relu", "batch_size=8", "ops=[inference,training]", *BRIEF],
-            with_store(tmp_path))
+    r = run(["-m", "framework=jax,torch,numpy", "model=mlp_relu", "batch_size=8", "ops=[inference,training]",
+             "parity=false", *BRIEF], with_store(tmp_path))  # parity is the sweep's, not the seam's: not checked here
     assert r.returncode == 0, r.stderr[-3000:]
     df = runs(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
     assert set(df["params.mode"]) == {"jax-jit", "torch-eager", "numpy-eager"} and set(df["status"]) == {"FINISHED"}
