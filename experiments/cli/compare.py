@@ -15,12 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.cli.selection import add_selection, select, sweep_id
+from experiments.cli.selection import add_selection, select
 from experiments.common.config import DEFAULT_BASELINE
 from experiments.common.errors import LOST, OK, BadInput
 from experiments.common.options import probability, threshold
 from experiments.compare import history
 from experiments.stats.verdicts import ALPHA, THRESHOLD
+from experiments.store.select import sweep_id
 from experiments.store.uris import readable
 
 

@@ -133,8 +133,3 @@ def select(a: argparse.Namespace, sweep: str | None = None, given: str | None = 
     from experiments.report import tables  # pandas and mlflow are slow to import: only after parsing
 
     return store_select.select(selection(a, given), tables.tidy, sweep)
-
-
-def sweep_id(uri: str, experiment: str, given: str | None) -> str | None:
-    """--sweep's run id: `last` is the newest sweep in the store."""
-    return store_select.sweep_id(uri, experiment, given)

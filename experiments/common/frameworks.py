@@ -69,8 +69,9 @@ class Traits:
         return {k: v.format(dir=directory) for k, v in self.cache_on.items()}
 
 
+@functools.cache
 def names() -> list[str]:
-    """Every backend, by its file's name."""
+    """Every backend, by its file's name (read once: the folder doesn't change while a process runs)."""
     return backends()
 
 

@@ -20,6 +20,7 @@ from experiments.harness import manager
 from experiments.harness.envs import Manifest, clean_environ
 from experiments.stats.verdicts import Verdict
 from experiments.store.records import META, Record
+from experiments.store.sweepdir import saved
 
 SCRIPT = Path(__file__).with_name("standalone.py")  # the script's driver; each side's loader comes from its backend
 LOADERS = "# the loaders of the sides' frameworks go here\n"  # where in the driver they are written
@@ -88,7 +89,7 @@ def written(paths: list[Path], out: Path) -> None:
 
 def point(sweep: Path, r: CellVerdict, label: str) -> Record:
     """The record of the point whose variant is `label` in the cell of `r`."""
-    for d in sorted(p.parent for p in sweep.glob(f"**/points/*/{META}")):
+    for d in saved(sweep):
         rec = Record.load(d)
         p = rec.params
         if (rec.tags.get("variant") == label and p.get("model") == r.model and int(p.get("batch_size", -1)) ==

@@ -110,7 +110,9 @@ def profile_op(backend, spec, req: Request, op: str, batch: int, out: Path) -> O
     begin, framework = time.perf_counter(), req.framework
     try:
         tracer = import_module(f"experiments.measure.backends.{framework}_profile")
-    except ModuleNotFoundError:  # a backend without a profiler: profile=true skips its ops, saying so
+    except ModuleNotFoundError as e:  # a backend without a profiler: profile=true skips its ops, saying so
+        if e.name != f"experiments.measure.backends.{framework}_profile":  # its profiler's own import failed
+            raise
         return OpResult("skipped", reason=f"the {framework} backend has no profiler (backends/{framework}_profile.py)")
     with tracer.capture(req.setup) as program:  # what the profiler needs compiled in, set before the build
         try:

@@ -224,11 +224,11 @@ def planted(workdir: Path, rounds: str) -> dict:
     return by_version(uri, PLANTED)
 
 
-def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
+def by_version(uri: str, versions: dict[str, float]) -> dict:
     """The last sweep judged unpaired round by round (`repeat`), the first version against each other: A/A where
-    their slowdowns are equal (with mde: the minimal detectable effect, synthetic), else how often it is found."""
-    from experiments.measure.environment import version_key  # packaging: only with --planted or --paired
-    from experiments.selfcheck import planted as plant  # the package's name: only with --planted or --paired
+    their slowdowns are equal, else how often it is found."""
+    from experiments.measure.environment import version_key  # packaging: only with --planted
+    from experiments.selfcheck import planted as plant  # the package's name: only with --planted
 
     t, by = last_sweep(uri), version_key(plant.PROJECT)
     by_round = [series(g, uri, by) for _, g in t.groupby("repeat")]  # each round: the environments in turn
@@ -237,7 +237,7 @@ def by_version(uri: str, versions: dict[str, float], mde: bool = False) -> dict:
         pairs = [s[s["value"].isin([first, version])].assign(position=lambda d: (d["value"] == version).astype(int))
                  for s in by_round]
         if factor == versions[first]:  # the same op in two environments: A/A
-            aa = aa_ab(pairs, factors=(), mde=mde)
+            aa = aa_ab(pairs, factors=(), mde=False)
             result |= {k: v for k, v in aa.items() if k != "detected"}
         else:
             result["detected"][factor] = sum(found(pair, (Verdict.SLOWER,))[0] for pair in pairs)

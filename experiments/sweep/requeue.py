@@ -27,7 +27,7 @@ from experiments.common.errors import first_line
 from experiments.common.job import Job
 from experiments.store import records
 from experiments.store.records import META
-from experiments.store.sweepdir import SweepState, without
+from experiments.store.sweepdir import POINTS, SweepState, without
 from experiments.sweep import stopping
 
 log = logging.getLogger("nnbench")
@@ -92,7 +92,7 @@ def leave(signum: int, job_dir: Path) -> str:
 
 def saved(job: Job, job_dir: Path) -> list[int]:
     """The batch sizes of the job's points that an earlier run saved in its dir."""
-    keys = {json.loads(p.read_text())["tags"].get("point_key") for p in job_dir.glob(f"points/*/{META}")}
+    keys = {json.loads(p.read_text())["tags"].get("point_key") for p in job_dir.glob(f"{POINTS}/*/{META}")}
     return [p.batch_size for p in job.points if records.point_key(job, p) in keys]
 
 
@@ -105,7 +105,7 @@ def again(job: Job, state: SweepState, job_dir: Path) -> Job:
     from experiments.store import repair  # mlflow is slow to import: only in a job that runs again
 
     try:
-        for d in sorted(p.parent for p in job_dir.glob(f"points/*/{META}")):
+        for d in sorted(p.parent for p in job_dir.glob(f"{POINTS}/*/{META}")):
             repair.sync_point(state.uri, state.experiment_id, d, state.parent_run_id, own_store=True)
     except Exception as e:  # they stay on disk; the sweep's end counts them as not logged, and names upload
         log.error("job %s: could not log the points an earlier run saved (%s)", job_dir, first_line(e))

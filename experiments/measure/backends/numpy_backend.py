@@ -80,11 +80,6 @@ def forward(spec: ModelSpec, params: dict[str, np.ndarray], x: np.ndarray, preci
     return make_model(spec, params, dtype)(x.astype(dtype))
 
 
-def count_params(model: ModelSpec) -> int:
-    """Trainable parameters: the layer DSL's own count (numpy builds no user's network)."""
-    return model.param_count()
-
-
 class Backend:
     def __init__(self):
         self.setup = Setup("fp32", "cpu")
