@@ -38,6 +38,8 @@ SWEEPS = {
 # What the machine lacks, by --device.
 NONE = {"auto": "no accelerator (no TPU on the PCI bus, no NVIDIA device node)", "tpu": "no TPU on the PCI bus",
         "gpu": "no NVIDIA GPU (no device node /dev/nvidia0)"}
+# Where to run it instead, by --device.
+WHERE = {"auto": "a TPU VM or a GPU machine", "tpu": "a TPU VM", "gpu": "a machine with an NVIDIA GPU"}
 
 
 def accelerator(wanted: str) -> str:
@@ -45,7 +47,7 @@ def accelerator(wanted: str) -> str:
     machine = present()
     found = [p for p in ("tpu", "gpu") if machine.has(p) and wanted in ("auto", p)]
     if not found:
-        raise BadInput(f"this machine has {NONE[wanted]}: nothing was run; run it on a TPU VM or a GPU machine")
+        raise BadInput(f"this machine has {NONE[wanted]}: nothing was run; run it on {WHERE[wanted]}")
     return found[0]
 
 

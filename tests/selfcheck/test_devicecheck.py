@@ -23,11 +23,17 @@ def test_without_an_accelerator_it_runs_nothing_and_says_so(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_without_the_accelerator_asked_for_it_names_where_to_run_it(monkeypatch):
+    monkeypatch.setattr(devicecheck, "present", lambda: Present(()))
+    with pytest.raises(devicecheck.BadInput, match="^this machine has no TPU on the PCI bus: .* run it on a TPU VM$"):
+        devicecheck.accelerator("tpu")
+
+
 def test_beside_a_tpu_jax_takes_the_chip_and_torch_the_hosts_cpu(monkeypatch):
     monkeypatch.setattr(devicecheck, "present", lambda: Present(("TPU v5 lite",)))
     assert devicecheck.accelerator("auto") == devicecheck.accelerator("tpu") == "tpu"
-    with pytest.raises(devicecheck.BadInput, match="^this machine has no NVIDIA GPU"):  # gpucheck's
-        devicecheck.accelerator("gpu")
+    with pytest.raises(devicecheck.BadInput, match="^this machine has no NVIDIA GPU.* with an NVIDIA GPU$"):
+        devicecheck.accelerator("gpu")  # gpucheck's
     assert devicecheck.overrides("readme", "tpu", "quick")[-1] == "device=auto"
     assert devicecheck.overrides("seed004", "tpu", "quick")[-2:] == ["framework=jax", "device=tpu"]
     assert devicecheck.overrides("readme", "gpu", "quick")[-1] == "device=gpu"
