@@ -116,5 +116,5 @@ def merged(parts: list[Trial], sides: int, stages: list[str]) -> Trial:
         out.started, out.preparation = out.started + p.started, out.preparation + p.preparation
         out.meter = {k: out.meter.get(k, 0.0) + v for k, v in p.meter.items()}
         if out.failure is None and p.failure is not None:
-            out.failure, out.failed_side, out.stderr_tail = p.failure, p.failed_side, p.stderr_tail
+            out.failure, out.failed_side, out.hung, out.stderr_tail = p.failure, p.failed_side, p.hung, p.stderr_tail
     return out

@@ -191,7 +191,8 @@ class Session:
             except PairFailed as e:  # a worker that can't start fails every cell it would measure
                 self.checkpoint()
                 for i in todo:
-                    take(i, Trial(index, [], failure=str(e), failed_side=e.side, stderr_tail=self.tails(index)))
+                    take(i, Trial(index, [], failure=str(e), failed_side=e.side, hung=e.hung,
+                                  stderr_tail=self.tails(index)))
                 return
             with workers:
                 while todo:
@@ -208,7 +209,7 @@ class Session:
             if e.side is not None:  # hung, or would not stop: killed, not asked to end (30 s more of waiting)
                 workers.live[e.side].kill()
             trial = Trial(index, [Turn(ready=r) for r in workers.ready], failure=str(e), failed_side=e.side,
-                          stderr_tail=self.tails(index))
+                          hung=e.hung, stderr_tail=self.tails(index))
         trial.workers = workers.lives  # read when the trial is kept: by then a stage's workers have ended
         take(i, trial)
         self.checkpoint()

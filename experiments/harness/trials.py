@@ -3,6 +3,7 @@
 trial's log ratios. Parent side; saved as JSON (`<cell>/trial-<n>.json`) as each trial's cell ends."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +152,7 @@ class Trial(Json):
     wall_s: float = 0.0  # the cell's time in this trial: preparations, bursts, stops
     failure: str | None = None  # a crash, a hang, a worker that never connected: the trial's cell is left out
     failed_side: int | None = None  # whose worker it was
+    hung: bool = False  # the failure was a silence (no answer, no connection within bench.timeout_s), not a crash
     stderr_tail: str = ""
     meter: dict[str, float] = field(default_factory=dict)  # the parent's `meter()` change over the rounds
 
@@ -218,8 +220,12 @@ class Compared(Json):
         return next((why for t in self.trials if t.turns and (why := t.turns[side].skipped)), None)
 
     def failed(self) -> set[int | None]:
-        """The sides whose worker failed on this cell (a crash, an OOM kill, a timeout); None: a side unknown."""
-        return {t.failed_side for t in self.trials if t.failure is not None}
+        """The sides out of this cell (None: a side unknown): their worker crashed there (a signal, an OOM kill, an
+        exception), or hung there twice. A hang gets a fresh worker once: it may be the machine's (on a TPU v5e,
+        XLA's compiler hung at random in a few of the programs it compiled) where a crash is the program's."""
+        hangs = Counter(t.failed_side for t in self.trials if t.failure is not None and t.hung)
+        return {t.failed_side for t in self.trials
+                if t.failure is not None and (not t.hung or hangs[t.failed_side] > 1)}
 
     def done(self, sides: int) -> bool:
         """Whether no side is left to measure it: every side's worker failed on it."""

@@ -28,11 +28,12 @@ from experiments.harness import manager
 from experiments.harness.trials import Cell, Lifetime, Side, letter
 
 class PairFailed(Exception):
-    """A paired worker crashed, hung or never connected: the message says which and why; `side` is its side."""
+    """A paired worker crashed, hung or never connected: the message says which and why; `side` is its side, `hung`
+    whether it fell silent (killed after bench.timeout_s) rather than crashed."""
 
-    def __init__(self, message: str, side: int | None = None):
+    def __init__(self, message: str, side: int | None = None, hung: bool = False):
         super().__init__(message)
-        self.side = side
+        self.side, self.hung = side, hung
 
 
 def stopped(pid: int) -> bool:
@@ -76,8 +77,8 @@ class PairedWorker:
             worker = server.start(path, results, self.log) if server else None
         self.worker = worker or manager.Spawned(side.python, side.environ, path, results, self.log)
 
-    def failed(self, why: str) -> PairFailed:
-        return PairFailed(why, self.index)
+    def failed(self, why: str, hung: bool = False) -> PairFailed:
+        return PairFailed(why, self.index, hung)
 
     def ready(self) -> list[Ready]:
         """Wait for the worker to connect and say it is ready, once per side it serves."""
@@ -87,7 +88,7 @@ class PairedWorker:
                 raise self.failed(manager.exit_reason(self.rc, f"worker {self.name}", self.log) + " (before it "
                                   "connected)")
             if time.monotonic() > deadline:
-                raise self.failed(f"worker {self.name} did not connect within {self.side.timeout_s:g} s")
+                raise self.failed(f"worker {self.name} did not connect within {self.side.timeout_s:g} s", hung=True)
         self.conn, _ = self.listener.accept()
         pid = self.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
         if int.from_bytes(pid[:4], "little") != self.worker.pid:
@@ -100,7 +101,7 @@ class PairedWorker:
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.conn], [], [], left)[0]:
-                raise self.failed(f"worker {self.name} gave no answer within {timeout:g} s")
+                raise self.failed(f"worker {self.name} gave no answer within {timeout:g} s", hung=True)
             try:
                 data = self.conn.recv(1 << 20)
             except OSError:  # reset by a worker that died
@@ -145,7 +146,7 @@ class PairedWorker:
         deadline = time.monotonic() + 5
         while not all(stopped(p.pid) for p in self.family if p.is_running()):
             if time.monotonic() > deadline:
-                raise self.failed(f"worker {self.name} did not stop")
+                raise self.failed(f"worker {self.name} did not stop", hung=True)
             time.sleep(0.0005)
 
     def cpu_s(self) -> float:

@@ -341,7 +341,8 @@ def run_group(jobs: list[Job], collectors: list[Points], out: Path, caches: list
 
 def results(point: Point, compared: list[pairs.Compared], side: int, framework: str) -> list[PointResult]:
     """Side `side`'s point as its trials measured it: one PointResult per trial (a fresh process), each holding the
-    ops of the point's cells that the trial measured; a trial in which this side's worker failed fails the point."""
+    ops of the point's cells that the trial measured; a trial in which this side's worker failed fails the point,
+    but for a first hang on a cell (`Compared.failed`)."""
     out = []
     for index in sorted({t.index for c in compared for t in c.trials}):
         ops, failed = {}, None
@@ -350,6 +351,8 @@ def results(point: Point, compared: list[pairs.Compared], side: int, framework: 
             if t is None or (t.failure is not None and t.failed_side not in (side, None)):
                 continue  # not in this trial, or another side's worker failed: nothing of this side's
             if t.failure is not None:
+                if t.hung and side not in c.failed():
+                    continue  # a hang that a fresh worker gets to measure again (kept in its trial's file)
                 failed = t
                 break
             if t.turns[side].prepared is not None:  # else it sat the cell out (its worker failed on it before)
@@ -390,6 +393,7 @@ def progress(group: Group):
         tick = group.collectors[group.live[0]].tick(len(group.sides))
         medians = [f"{group.names[s]} {float(np.median([x for b in turn.bursts for x in b.samples_s])) * 1e3:.4g} ms"
                    for s, turn in enumerate(t.turns) if turn.ok]
-        what = f"FAILED: {t.failure}" if t.failure else ", ".join(medians) or "skipped"
+        again = " (a fresh worker tries the cell again)" if t.hung and t.failed_side not in c.failed() else ""
+        what = f"FAILED: {t.failure}{again}" if t.failure else ", ".join(medians) or "skipped"
         log.info("%s %s %s bs%d, trial %d: %s", tick, model, c.cell.op, c.cell.batch_size, t.index + 1, what)
     return said

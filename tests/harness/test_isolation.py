@@ -95,7 +95,27 @@ def test_a_fault_on_a_cell_fails_only_its_sides_point(tmp_path, fake_python, mon
     assert torch.outcome == "ok" and torch.metrics["inference_median_s"] == torch.metrics["training_median_s"] == 0.001
     assert torch.tags["paired_baseline"] == "true"
     failed = json.loads((tmp_path / "trials" / "bs2-training" / "trial-0.json").read_text())
-    assert failed["failed_side"] == 0 and failed["failure"].startswith(reason)
-    again = json.loads((tmp_path / "trials" / "bs2-training" / "trial-1.json").read_text())
+    assert failed["failed_side"] == 0 and failed["failure"].startswith(reason) and failed["hung"] == (fault == "hang")
+    tries = 2 if fault == "hang" else 1  # a hang gets a fresh worker once more; a crash doesn't
+    again = json.loads((tmp_path / "trials" / "bs2-training" / f"trial-{tries}.json").read_text())
     assert again["failure"] is None and again["turns"][0]["prepared"] is None  # jax sat it out
+    assert not processes_under(tmp_path)
+
+
+def test_a_worker_that_hung_once_is_replaced_and_its_point_measured(tmp_path, fake_python, monkeypatch, make_cfg):
+    """jax's first worker falls silent preparing its first cell (as XLA's compiler did at random on a TPU): killed
+    after bench.timeout_s, that trial kept on disk with the hang, and a fresh worker measures the cell: every point
+    FINISHED, no worker left."""
+    monkeypatch.setenv("FAKE_FAULT", "hang-once")
+    monkeypatch.setenv("FAKE_FAULT_SIDE", "jax")
+    monkeypatch.setenv("FAKE_ONCE", str(tmp_path / "hung"))
+    jobs = [preflight.job(preflight.typed(make_cfg(f"framework={fw}", "model=lenet", "batch_size=2", "bench=quick",
+                                                   "bench.timeout_s=2", f"runtime.python={fake_python}")))
+            for fw in ("jax", "torch")]
+    (jax,), (torch,) = (k.records for k in measured_together(jobs, tmp_path))
+    assert jax.outcome == torch.outcome == "ok" and jax.metrics["inference_median_s"] == 0.001
+    trials = [json.loads(p.read_text()) for p in sorted((tmp_path / "trials").glob("bs2-*/trial-*.json"))]
+    hung = [t for t in trials if t["failure"]]
+    assert len(hung) == 1 and hung[0]["hung"] and hung[0]["failure"].startswith("worker A gave no answer within 2 s")
+    assert sum(t["turns"][0]["prepared"] is not None for t in trials if t["failure"] is None) >= 2  # both cells
     assert not processes_under(tmp_path)

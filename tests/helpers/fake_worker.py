@@ -1,7 +1,8 @@
 """Stand-in for `python -m experiments.measure.worker`: answers probes, measures one point per start, then misbehaves.
 
 Run through a shim made by the `fake_python` fixture, as `runtime.python`. FAKE_FAULT says how it fails after its
-one point: segv, oom (SIGKILL), raise, hang; `early` dies before writing anything; `none` measures every point.
+one point: segv, oom (SIGKILL), raise, hang (`hang-once`: only the first worker to get there, FAKE_ONCE naming the file
+that says one did); `early` dies before writing anything; `none` measures every point.
 FAKE_BREAK_STORE names a file to overwrite with junk first (a store that breaks in the middle of a sweep).
 FAKE_DELAY_S: seconds each point takes; FAKE_LONG_POINT=i: point i of the request takes ten minutes (a point an
 interrupt is sure to find in progress). FAKE_MEDIAN_PER_BATCH=1: every sample is batch_size * 1e-4 s, so a run's
@@ -104,6 +105,10 @@ def misbehave() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if fault == "raise":
         raise RuntimeError("CUDA error: out of memory")
+    if fault == "hang-once":
+        if Path(os.environ["FAKE_ONCE"]).exists():
+            return
+        Path(os.environ["FAKE_ONCE"]).touch()
     time.sleep(120)
 
 
@@ -134,7 +139,7 @@ def serve_paired() -> None:
         speed = own / float(factor) if framework == request.framework else own
     if "FAKE_SLOWER" in os.environ:
         speed = float(os.environ["FAKE_SLOWER"]) * own
-    good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "early") else 1
+    good = 10**6 if fault == "none" or not me else 0 if fault in ("hang", "hang-once", "early") else 1
     if "FAKE_LOCKFILE" in os.environ:
         hold(os.environ["FAKE_LOCKFILE"])
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
