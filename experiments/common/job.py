@@ -63,10 +63,9 @@ class Job:
 
     @property
     def start(self) -> str:
-        """How its workers start (runtime.start): spawned where they hold an accelerator, whatever was asked. A fork
-        server has imported the framework and started its threads; a child forked from it may find a lock held by a
-        thread it doesn't have: on a TPU v5e, 3 sweeps of 4 had such a worker hang in XLA's compiler (a thread spinning,
-        its memory growing by gigabytes a minute)."""
+        """How its workers start (runtime.start): spawned where they hold an accelerator, whatever was asked. There
+        the framework's import starts threads, and a child forked after it may find a lock held by a thread it
+        doesn't have."""
         asked = str(self.config.runtime.start)
         return "spawn" if self.setup.device in ("tpu", "gpu") else asked
 
