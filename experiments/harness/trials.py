@@ -227,6 +227,10 @@ class Compared(Json):
         return {t.failed_side for t in self.trials
                 if t.failure is not None and (not t.hung or hangs[t.failed_side] > 1)}
 
+    def retried(self, trial: Trial) -> bool:
+        """Whether the trial's failure is a first hang, whose side a fresh worker measures again (`failed`)."""
+        return trial.failure is not None and trial.hung and trial.failed_side not in self.failed()
+
     def done(self, sides: int) -> bool:
         """Whether no side is left to measure it: every side's worker failed on it."""
         failed = self.failed()

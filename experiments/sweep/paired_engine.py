@@ -351,7 +351,7 @@ def results(point: Point, compared: list[pairs.Compared], side: int, framework: 
             if t is None or (t.failure is not None and t.failed_side not in (side, None)):
                 continue  # not in this trial, or another side's worker failed: nothing of this side's
             if t.failure is not None:
-                if t.hung and side not in c.failed():
+                if c.retried(t):
                     continue  # a hang that a fresh worker gets to measure again (kept in its trial's file)
                 failed = t
                 break
@@ -393,7 +393,7 @@ def progress(group: Group):
         tick = group.collectors[group.live[0]].tick(len(group.sides))
         medians = [f"{group.names[s]} {float(np.median([x for b in turn.bursts for x in b.samples_s])) * 1e3:.4g} ms"
                    for s, turn in enumerate(t.turns) if turn.ok]
-        again = " (a fresh worker tries the cell again)" if t.hung and t.failed_side not in c.failed() else ""
+        again = " (a fresh worker tries the cell again)" if c.retried(t) else ""
         what = f"FAILED: {t.failure}{again}" if t.failure else ", ".join(medians) or "skipped"
         log.info("%s %s %s bs%d, trial %d: %s", tick, model, c.cell.op, c.cell.batch_size, t.index + 1, what)
     return said
